@@ -1,0 +1,31 @@
+# The two set-up commands of the README. Each installs what it needs into .venv first.
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+TOPOLOGY ?= topologies/sum_demo.yaml
+ARGS ?=
+
+.PHONY: install run test lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first, pinned: a bare torch requirement would pull a multi-GB CUDA build.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(VENV)/bin/sfbus run $(TOPOLOGY) $(ARGS)
+
+test: install
+	$(PY) -m pytest
+
+lint: install
+	$(VENV)/bin/ruff check sfbus components examples bench tests
+
+clean:
+	$(VENV)/bin/sfbus clean || true
+	rm -rf runs .pytest_cache

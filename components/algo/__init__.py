@@ -1,0 +1,31 @@
+"""APPO: V-trace, GAE, PPO losses, normalizers and the combined loss."""
+
+from components.algo.appo import appo_loss
+from components.algo.gae import gae
+from components.algo.normalizers import ObsNormalizer, ReturnsNormalizer, RunningMeanStd
+from components.algo.ppo import (
+    AppoConfig,
+    entropy_loss,
+    impala_policy_loss,
+    masked_mean,
+    normalize_advantages,
+    policy_loss,
+    value_loss,
+)
+from components.algo.vtrace import vtrace
+
+__all__ = [
+    "AppoConfig",
+    "ObsNormalizer",
+    "ReturnsNormalizer",
+    "RunningMeanStd",
+    "appo_loss",
+    "entropy_loss",
+    "gae",
+    "impala_policy_loss",
+    "masked_mean",
+    "normalize_advantages",
+    "policy_loss",
+    "value_loss",
+    "vtrace",
+]

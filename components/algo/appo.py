@@ -1,0 +1,143 @@
+"""The APPO loss: V-trace (or GAE) targets from the current model, then PPO's three losses."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from components.algo.gae import gae
+from components.algo.normalizers import ReturnsNormalizer
+from components.algo.ppo import (
+    AppoConfig,
+    entropy_loss,
+    impala_policy_loss,
+    masked_mean,
+    normalize_advantages,
+    policy_loss,
+    value_loss,
+)
+from components.algo.vtrace import vtrace
+from components.models.actor_critic import ActorCritic
+
+PER_STEP_KEYS = ("actions", "log_probs", "values", "rewards", "dones", "policy_versions", "valids")
+
+
+def appo_loss(
+    model: ActorCritic,
+    batch: dict,
+    cfg: AppoConfig,
+    returns_normalizer: ReturnsNormalizer | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Total APPO loss and detached 0-dim stats for one minibatch of `B` trajectories.
+
+    Batch layout (time is axis 1; `T` = the obs' time length - 1):
+
+    - `obs`: dict of `[B, T + 1, ...]`. Step T is the observation after the last action, used
+      only for the bootstrap value V(x_T), computed by the *current* model. Vector entries must
+      already be normalized (`ObsNormalizer`, once per batch); uint8 images are raw.
+    - `rnn_states`: `[B, S]` state entering step 0, or the `[B, T + 1, S]` buffer field (its
+      step 0 is used).
+    - `actions` `[B, T, heads]` int64 or `[B, T, dim]` float; `log_probs` `[B, T]` log mu(a|x);
+      `values` `[B, T]` behavior values (normalized space, used only for value clipping);
+      `rewards` `[B, T]` reward after step t's action; `dones` `[B, T]` the episode ended after
+      step t (terminated or truncated: both stop the bootstrap).
+    - optional `policy_versions` `[B, T]` with the int `learner_version`: steps whose lag
+      exceeds `cfg.max_policy_lag` are masked out of every loss; optional `valids` `[B, T]` bool
+      masks further steps (e.g. another policy's). Masked steps still feed V-trace's recursion.
+
+    Per-step fields may also be given with `T + 1` steps (the buffers' shape); the last is ignored.
+    """
+    obs = batch["obs"]
+    num_steps = next(iter(obs.values())).shape[1] - 1
+    step = {key: batch[key][:, :num_steps] for key in PER_STEP_KEYS if key in batch}
+    rnn_state = batch["rnn_states"]
+    if rnn_state.dim() == 3:
+        rnn_state = rnn_state[:, 0]
+    dones = step["dones"].float()
+
+    # valid samples: the caller's mask, and a policy lag of at most max_policy_lag
+    valids = torch.ones_like(dones, dtype=torch.bool)
+    if "valids" in step:
+        valids &= step["valids"].bool()
+    policy_lag = None
+    if "policy_versions" in step and "learner_version" in batch:
+        policy_lag = (batch["learner_version"] - step["policy_versions"]).float()
+        valids &= policy_lag <= cfg.max_policy_lag
+
+    # forward pass over T + 1 steps; the extra step gives the bootstrap value V(x_T)
+    dist_all, values_all = model.forward_sequence(
+        obs, rnn_state, torch.nn.functional.pad(dones, (0, 1))
+    )
+    dist = dist_all[:, :num_steps]
+    values = values_all[:, :num_steps]
+    log_prob_new = dist.log_prob(step["actions"])
+    log_prob_old = step["log_probs"].float()
+
+    # value targets and advantages, in return space, from the current model's values
+    with torch.no_grad():
+        values_ret, bootstrap_ret = values.detach(), values_all[:, num_steps].detach()
+        if cfg.normalize_returns:
+            if returns_normalizer is None:
+                raise ValueError("cfg.normalize_returns needs a returns_normalizer")
+            values_ret = returns_normalizer.denormalize(values_ret)
+            bootstrap_ret = returns_normalizer.denormalize(bootstrap_ret)
+        if cfg.with_vtrace:
+            # log rho_t = log pi(a_t|x_t) - log mu(a_t|x_t)
+            log_rhos = log_prob_new.detach() - log_prob_old
+            targets, advantages = vtrace(
+                values_ret, bootstrap_ret, step["rewards"], dones, log_rhos,
+                cfg.gamma, cfg.vtrace_rho_bar, cfg.vtrace_c_bar,
+            )  # fmt: skip
+        else:
+            targets, advantages = gae(
+                values_ret, bootstrap_ret, step["rewards"], dones, cfg.gamma, cfg.gae_lambda
+            )
+        if cfg.normalize_returns:
+            if returns_normalizer.training:
+                returns_normalizer.update(targets[valids])
+            targets = returns_normalizer.normalize(targets)
+        valid_adv = advantages[valids]
+        adv_mean = masked_mean(advantages, valids)
+        adv_std = valid_adv.std() if valid_adv.numel() > 1 else torch.zeros(())
+        if cfg.normalize_advantage:
+            advantages = normalize_advantages(advantages, valids)
+
+    # policy loss: PPO clipped surrogate, or (clipping off) an importance-weighted gradient
+    if cfg.with_ppo_clipping:
+        loss_pi = policy_loss(log_prob_new, log_prob_old, advantages, cfg.ppo_clip_ratio, valids)
+    elif cfg.with_vtrace:
+        loss_pi = impala_policy_loss(log_prob_new, advantages, valids)
+    else:
+        loss_pi = policy_loss(log_prob_new, log_prob_old, advantages, None, valids)
+    # critic loss, clipped around the behavior-time values
+    clip_value = cfg.ppo_clip_value if cfg.ppo_clip_value > 0 else None
+    loss_v = value_loss(values, step["values"].float(), targets, clip_value, valids)
+    # entropy bonus
+    entropy = dist.entropy()
+    loss_ent = entropy_loss(entropy, valids)
+    # total: L = L_pi + c_v L_V + c_H L_H
+    loss = loss_pi + cfg.value_loss_coeff * loss_v + cfg.entropy_coeff * loss_ent
+
+    with torch.no_grad():
+        log_ratio = log_prob_new.detach() - log_prob_old
+        ratio = torch.exp(log_ratio)
+        low, high = cfg.clip_range
+        stats = {
+            "loss": loss.detach(),
+            "policy_loss": loss_pi.detach(),
+            "value_loss": loss_v.detach(),
+            "entropy": masked_mean(entropy.detach(), valids),
+            # k3 estimator of KL(mu || pi): E[(r - 1) - log r], always >= 0
+            "kl_approx": masked_mean((ratio - 1) - log_ratio, valids),
+            "clip_fraction": masked_mean(((ratio < low) | (ratio > high)).float(), valids),
+            "ratio_mean": masked_mean(ratio, valids),
+            "adv_mean": adv_mean,
+            "adv_std": adv_std,
+            "value_mean": masked_mean(values.detach(), valids),
+            "target_mean": masked_mean(targets, valids),
+            "valid_fraction": valids.float().mean(),
+        }
+        if policy_lag is not None:
+            stats["policy_lag_mean"] = policy_lag.mean()
+            stats["policy_lag_max"] = policy_lag.max()
+    return loss, stats

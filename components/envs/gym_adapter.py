@@ -1,0 +1,112 @@
+"""Any registered gymnasium env as a one-agent `MultiAgentEnv`.
+
+Observation: a Box becomes field `obs` (uint8 kept for images, anything else as float32); a
+Discrete observation becomes a float32 one-hot. Actions: Discrete -> one head, MultiDiscrete ->
+one head per entry (`start` offsets are added back), Box -> `action_box` (float32, passed through
+unclipped: clipping to the bounds is the env's or the model's business).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from components.envs.spec import (
+    ActionBox,
+    EnvSpec,
+    EpisodeStats,
+    MultiAgentEnv,
+    ObsDict,
+    ObsField,
+    StepOutput,
+)
+
+
+class GymEnv(MultiAgentEnv):
+    """Adapter around one `gymnasium.Env`; auto-resets it at episode end."""
+
+    def __init__(self, env: gym.Env, seed: int | None = None) -> None:
+        self.env = env
+        self._seed = seed
+        self._obs_field, self._one_hot = _obs_field(env.observation_space)
+        heads, box = _action_space(env.action_space)
+        space = env.action_space
+        self._kind = type(space).__name__  # "Discrete", "MultiDiscrete" or "Box"
+        self._start = np.asarray(getattr(space, "start", 0))
+        self._shape = space.shape
+        self._spec = EnvSpec({"obs": self._obs_field}, action_heads=heads, action_box=box)
+        self._stats = EpisodeStats(1, 1)
+
+    @property
+    def spec(self) -> EnvSpec:
+        """The env's fixed spec."""
+        return self._spec
+
+    def reset_into(self, obs_out: ObsDict, seed: int | None = None) -> None:
+        """Reset the gym env (first reset uses the constructor's seed) into `obs_out` row 0."""
+        if seed is None:
+            seed, self._seed = self._seed, None
+        obs, _ = self.env.reset(seed=seed)
+        self._write(obs, obs_out)
+        self._stats.clear()
+
+    def step_into(self, actions: np.ndarray, obs_out: ObsDict) -> StepOutput:
+        """Step with `actions[0]`; on episode end reset and report the episode in the info."""
+        obs, reward, term, trunc, info = self.env.step(self._action(actions[0]))
+        info = dict(info)
+        self._stats.add(reward)
+        if term or trunc:
+            self._stats.finish(0, info)
+            obs, _ = self.env.reset()
+        self._write(obs, obs_out)
+        return (np.array([reward], np.float32), np.array([bool(term)]),
+                np.array([bool(trunc)]), [info])
+
+    def close(self) -> None:
+        """Close the gym env."""
+        self.env.close()
+
+    def _action(self, a: np.ndarray) -> Any:
+        if self._kind == "Discrete":
+            return int(a[0]) + int(self._start)
+        if self._kind == "MultiDiscrete":
+            return (a.reshape(self._shape) + self._start).astype(np.int64)
+        return a.astype(np.float32, copy=False)
+
+    def _write(self, obs: Any, obs_out: ObsDict) -> None:
+        row = obs_out["obs"][0]
+        if self._one_hot:
+            row[:] = 0.0
+            row[int(obs)] = 1.0
+        else:
+            np.copyto(row, obs, casting="unsafe")
+
+
+def _obs_field(space: spaces.Space) -> tuple[ObsField, bool]:
+    if isinstance(space, spaces.Box):
+        dtype = "uint8" if space.dtype == np.uint8 else "float32"
+        return ObsField(tuple(space.shape), dtype), False
+    if isinstance(space, spaces.Discrete):
+        return ObsField((int(space.n),), "float32"), True
+    raise TypeError(f"unsupported gymnasium observation space {space}; use Box or Discrete")
+
+
+def _action_space(space: spaces.Space) -> tuple[tuple[int, ...], ActionBox | None]:
+    if type(space) is spaces.Discrete:
+        return (int(space.n),), None
+    if type(space) is spaces.MultiDiscrete:
+        return tuple(int(n) for n in space.nvec.reshape(-1)), None
+    if type(space) is spaces.Box:
+        box = ActionBox(tuple(float(x) for x in space.low.reshape(-1)),
+                        tuple(float(x) for x in space.high.reshape(-1)), tuple(space.shape))
+        return (), box
+    raise TypeError(f"unsupported gymnasium action space {space}; use Discrete, "
+                    "MultiDiscrete or Box")
+
+
+def make_gym_env(env_id: str, seed: int | None = None, **kwargs: Any) -> GymEnv:
+    """Create gymnasium env `env_id` (kwargs go to `gymnasium.make`) as a MultiAgentEnv."""
+    return GymEnv(gym.make(env_id, **kwargs), seed=seed)

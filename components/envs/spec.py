@@ -1,0 +1,176 @@
+"""The environment interface every rollout worker drives: a spec plus a multi-agent step.
+
+Conventions (Sample Factory's):
+
+- Observations are dicts of named fields; a batch of them is one array per field shaped
+  `[num_agents, *field.shape]`. Images are channels-first uint8 (`obs: (3, 72, 128)`).
+- Actions are one array per env: `int64 [num_agents, num_heads]` (one categorical per head) or
+  `float32 [num_agents, *action_box.shape]` (a Gaussian per dimension).
+- An episode that ends is reset at once inside `step`: the observation returned for that agent is
+  the first one of the next episode, and that agent's info carries the finished episode's
+  `episode_return`, `episode_length` (env steps) and `episode_frames` (engine frames).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+ObsDict = dict[str, np.ndarray]
+StepOutput = tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]
+
+
+class EnvError(RuntimeError):
+    """The environment broke under us (its engine died, hung, or left a bad state).
+
+    Not the caller's fault: drop the env object and create a fresh one with the same arguments.
+    """
+
+
+@dataclass(frozen=True)
+class ObsField:
+    """One observation field: the shape of one agent's array and its numpy dtype name."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __post_init__(self) -> None:
+        np.dtype(self.dtype)  # fail early on a typo such as "unit8"
+
+
+class ActionBox(NamedTuple):
+    """A continuous action space: per-dimension bounds (flattened) and the action shape."""
+
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What a model and a rollout worker need to know about an environment, fixed per env."""
+
+    observation_space: dict[str, ObsField]
+    """Field name -> shape and dtype of one agent's observation."""
+    action_heads: tuple[int, ...] = ()
+    """Number of choices of each categorical head (discrete / multi-discrete); empty if Box."""
+    action_box: ActionBox | None = None
+    """Bounds and shape of a continuous action (Gaussian heads); None if discrete."""
+    num_agents: int = 1
+    """Agents stepped together by one env (1 for single-agent envs)."""
+    frameskip: int = 1
+    """Engine frames per env step, to count env frames the way the paper does."""
+
+    def __post_init__(self) -> None:
+        if bool(self.action_heads) == (self.action_box is not None):
+            raise ValueError("an EnvSpec needs exactly one of action_heads or action_box")
+        if self.num_agents < 1 or self.frameskip < 1:
+            raise ValueError("num_agents and frameskip must be >= 1")
+
+    @property
+    def is_continuous(self) -> bool:
+        """True when actions are a float Box rather than categorical heads."""
+        return self.action_box is not None
+
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        """Shape of one agent's action: `(num_heads,)` or the Box shape."""
+        return self.action_box.shape if self.action_box is not None else (len(self.action_heads),)
+
+    @property
+    def action_dtype(self) -> str:
+        """Numpy dtype name of actions: int64 for heads, float32 for a Box."""
+        return "float32" if self.is_continuous else "int64"
+
+    def empty_obs(self) -> ObsDict:
+        """Zeroed observation arrays `[num_agents, *shape]` per field, for `step_into`."""
+        return {k: np.zeros((self.num_agents, *f.shape), f.dtype)
+                for k, f in self.observation_space.items()}
+
+    def empty_actions(self) -> np.ndarray:
+        """A no-op-shaped zero action array `[num_agents, *action_shape]`."""
+        return np.zeros((self.num_agents, *self.action_shape), self.action_dtype)
+
+
+class MultiAgentEnv(abc.ABC):
+    """An env stepping `spec.num_agents` agents in lockstep, with in-place observation writes.
+
+    Subclasses implement `spec`, `reset_into`, `step_into` and `close`; `reset`/`step` are
+    allocating conveniences built on them. Not thread-safe; one env object per worker.
+    """
+
+    @property
+    @abc.abstractmethod
+    def spec(self) -> EnvSpec:
+        """The env's fixed spec."""
+
+    @abc.abstractmethod
+    def reset_into(self, obs_out: ObsDict, seed: int | None = None) -> None:
+        """Start new episodes for every agent and write first observations into `obs_out`."""
+
+    @abc.abstractmethod
+    def step_into(self, actions: np.ndarray, obs_out: ObsDict) -> StepOutput:
+        """Step once; write next observations into `obs_out` (rows `[num_agents, ...]`).
+
+        Returns `(rewards float32[n], terminated bool[n], truncated bool[n], infos)`. Raises
+        `EnvError` if the env broke and must be recreated.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the env's resources; safe to call twice."""
+
+    def reset(self, seed: int | None = None) -> list[ObsDict]:
+        """Start new episodes; return one observation dict per agent (fresh arrays)."""
+        buf = self.spec.empty_obs()
+        self.reset_into(buf, seed=seed)
+        return _split(buf, self.spec.num_agents)
+
+    def step(self, actions: np.ndarray) -> tuple[list[ObsDict], np.ndarray, np.ndarray,
+                                                 np.ndarray, list[dict[str, Any]]]:
+        """Step once; return `(obs per agent, rewards, terminated, truncated, infos)`."""
+        buf = self.spec.empty_obs()
+        rewards, terminated, truncated, infos = self.step_into(actions, buf)
+        return _split(buf, self.spec.num_agents), rewards, terminated, truncated, infos
+
+    def __enter__(self) -> MultiAgentEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _split(buf: ObsDict, n: int) -> list[ObsDict]:
+    return [{k: v[i] for k, v in buf.items()} for i in range(n)]
+
+
+class EpisodeStats:
+    """Per-agent running return/length, turned into the episode info keys at episode end."""
+
+    __slots__ = ("frameskip", "lengths", "returns")
+
+    def __init__(self, num_agents: int, frameskip: int) -> None:
+        self.returns = np.zeros(num_agents, np.float64)
+        self.lengths = np.zeros(num_agents, np.int64)
+        self.frameskip = frameskip
+
+    def add(self, rewards: np.ndarray) -> None:
+        """Count one step with these rewards for every agent."""
+        self.returns += rewards
+        self.lengths += 1
+
+    def finish(self, agent: int, info: dict[str, Any]) -> None:
+        """Write agent's finished-episode stats into `info` and zero its counters."""
+        info["episode_return"] = float(self.returns[agent])
+        info["episode_length"] = int(self.lengths[agent])
+        info["episode_frames"] = int(self.lengths[agent]) * self.frameskip
+        self.returns[agent] = 0.0
+        self.lengths[agent] = 0
+
+    def clear(self) -> None:
+        """Zero every agent's counters (on reset)."""
+        self.returns[:] = 0.0
+        self.lengths[:] = 0

@@ -1,0 +1,122 @@
+"""The actor-critic network: encoder -> (GRU | LSTM | none) core -> actor and critic heads."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from components.models.config import ModelConfig
+from components.models.core import Core
+from components.models.distributions import ActionDistribution
+from components.models.encoders import ObsEncoder
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """What one inference step returns, one row per environment."""
+
+    actions: Tensor
+    """int64 `[B, num_heads]` for categorical heads, float `[B, action_dim]` for a Gaussian."""
+    log_prob: Tensor
+    """`[B]` log mu(a|x) of the returned actions, summed over heads."""
+    value: Tensor
+    """`[B]` critic output (in normalized-return space when returns are normalized)."""
+    rnn_state: Tensor
+    """`[B, state_size]` state to store and feed with the next step."""
+    action_logits: Tensor
+    """`[B, sum(action_heads)]` logits, or the `[B, action_dim]` Gaussian mean."""
+
+
+class ActorCritic(nn.Module):
+    """The paper's `simplified` / `full` model (supplement A.1.3, Figure A.1)."""
+
+    def __init__(
+        self,
+        obs_spec: dict[str, tuple[tuple[int, ...], str]],
+        action_heads: tuple[int, ...] | None,
+        action_dim: int | None,
+        cfg: ModelConfig,
+    ) -> None:
+        super().__init__()
+        if (action_heads is None) == (action_dim is None):
+            raise ValueError("give exactly one of action_heads (categorical) or action_dim (Box)")
+        self.cfg = cfg
+        self.action_heads = tuple(action_heads) if action_heads is not None else None
+        self.action_dim = action_dim
+        self.encoder = ObsEncoder(obs_spec, cfg)
+        self.core = Core(self.encoder.out_size, cfg)
+        # One fused Linear for all categorical heads: the same as one Linear per head (its rows
+        # split per head), in one matmul.
+        num_outputs = sum(self.action_heads) if self.action_heads is not None else action_dim
+        self.actor = nn.Linear(self.core.out_size, num_outputs)
+        self.log_std = nn.Parameter(torch.zeros(action_dim)) if action_dim is not None else None
+        self.critic = nn.Linear(self.core.out_size, 1)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        # Orthogonal init as in Sample Factory / CleanRL: sqrt(2) gain for hidden layers, a small
+        # actor head so the first policy is near uniform, unit gain for the critic.
+        for module in self.encoder.modules():
+            if isinstance(module, nn.Linear | nn.Conv2d):
+                nn.init.orthogonal_(module.weight, gain=math.sqrt(2.0))
+                nn.init.zeros_(module.bias)
+        if self.core.rnn is not None:
+            for name, param in self.core.rnn.named_parameters():
+                if name.startswith("weight"):
+                    nn.init.orthogonal_(param)
+                else:
+                    nn.init.zeros_(param)
+        nn.init.orthogonal_(self.actor.weight, gain=0.01)
+        nn.init.zeros_(self.actor.bias)
+        nn.init.orthogonal_(self.critic.weight, gain=1.0)
+        nn.init.zeros_(self.critic.bias)
+
+    @property
+    def state_size(self) -> int:
+        """Width of the flat RNN state (0 without a core)."""
+        return self.core.state_size
+
+    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> Tensor:
+        """Zeros `[batch_size, state_size]`: the state at the start of an episode."""
+        return torch.zeros(batch_size, self.state_size, device=device)
+
+    def distribution(self, core_out: Tensor) -> ActionDistribution:
+        """The action distribution for core outputs of any leading shape."""
+        params = self.actor(core_out)
+        if self.action_heads is not None:
+            return ActionDistribution(logits=params, action_heads=self.action_heads)
+        return ActionDistribution(mean=params, log_std=self.log_std)
+
+    def forward_step(
+        self, obs: dict[str, Tensor], rnn_state: Tensor, deterministic: bool = False
+    ) -> StepOutput:
+        """One inference step for `B` environments; `rnn_state` must already be zero at an
+        episode start (this never resets it)."""
+        features = self.encoder(obs)
+        core_out, new_state = self.core.step(features, rnn_state)
+        dist = self.distribution(core_out)
+        actions = dist.mode() if deterministic else dist.sample()
+        return StepOutput(
+            actions=actions,
+            log_prob=dist.log_prob(actions),
+            value=self.critic(core_out).squeeze(-1).float(),
+            rnn_state=new_state.float(),
+            action_logits=dist.params,
+        )
+
+    def forward_sequence(
+        self, obs: dict[str, Tensor], rnn_state: Tensor, dones: Tensor
+    ) -> tuple[ActionDistribution, Tensor]:
+        """BPTT over `[B, T, ...]` obs from `rnn_state [B, S]` (the state entering step 0):
+        `dones[:, t]` = episode ended after step t, so the state entering t + 1 is multiplied by
+        `1 - dones[:, t]` (the last column is never used). Returns the distribution over
+        `[B, T]` and values `[B, T]`."""
+        batch, steps = dones.shape[:2]
+        flat = {key: value.reshape(batch * steps, *value.shape[2:]) for key, value in obs.items()}
+        features = self.encoder(flat).reshape(batch, steps, -1)
+        core_out = self.core.sequence(features, rnn_state, dones)
+        values = self.critic(core_out).squeeze(-1).float()
+        return self.distribution(core_out), values

@@ -1,0 +1,44 @@
+"""Hyperparameters of the actor-critic network (supplement A.1.3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of the actor-critic network; defaults are the paper's VizDoom model."""
+
+    encoder: Literal["auto", "conv_simple", "mlp"] = "auto"
+    """Encoder of the main observation `obs`: `auto` picks `conv_simple` for `[C, H, W]`
+    observations and `mlp` for `[D]` vectors."""
+
+    hidden: int = 512
+    """Width of the fully-connected layer after the conv stack (the encoder's output size)."""
+
+    core: Literal["gru", "lstm", "none"] = "gru"
+    """Recurrent core. The paper benchmarks with LSTM and trains its final VizDoom agents with GRU
+    ("similar sample efficiency, slightly less computation"); `none` feeds the encoder straight
+    to the heads."""
+
+    core_size: int = 512
+    """Hidden size of the GRU/LSTM (an LSTM's flat state is `2 * core_size`: h then c)."""
+
+    architecture: Literal["simplified", "full"] = "simplified"
+    """`simplified`: pixels only (the throughput benchmarks). `full`: pixels plus the game
+    variables `measurements` through their own MLP, concatenated before the core (Figure A.1)."""
+
+    measurements_hidden: tuple[int, ...] = (128, 128)
+    """Layer widths of the `full` architecture's measurements MLP (Sample Factory's VizDoom
+    encoder uses two layers of 128)."""
+
+    mlp_layers: tuple[int, ...] = (64, 64)
+    """Layer widths of the `mlp` encoder for vector observations; its output is the last width."""
+
+    nonlinearity: Literal["elu", "relu", "tanh"] = "elu"
+    """Activation after every hidden layer (Sample Factory uses ELU throughout)."""
+
+    normalize_input: bool = True
+    """Recorded here for the caller: vector observations go through `ObsNormalizer` *outside*
+    the model; uint8 images are always scaled by 1/255 inside it."""

@@ -1,0 +1,110 @@
+"""Observation encoders: the paper's conv stack, a vector MLP and the measurements MLP."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from components.models.config import ModelConfig
+
+# (out_channels, kernel, stride) of Sample Factory's `convnet_simple`, the "3-layer convolutional
+# head followed by a fully-connected layer" of supplement A.1.3.
+CONV_SIMPLE_FILTERS: tuple[tuple[int, int, int], ...] = ((32, 8, 4), (64, 4, 2), (128, 3, 2))
+
+
+def activation(name: str) -> nn.Module:
+    """The nonlinearity module called `name`."""
+    return {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}[name]()
+
+
+def mlp(in_size: int, widths: tuple[int, ...], nonlinearity: str) -> nn.Sequential:
+    """Linear + activation per width; an empty `widths` gives the identity."""
+    layers: list[nn.Module] = []
+    for width in widths:
+        layers += [nn.Linear(in_size, width), activation(nonlinearity)]
+        in_size = width
+    return nn.Sequential(*layers)
+
+
+class ConvSimpleEncoder(nn.Module):
+    """3 conv layers (32 8x8/4, 64 4x4/2, 128 3x3/2) then one FC layer to `hidden`, all ELU."""
+
+    def __init__(self, obs_shape: tuple[int, ...], cfg: ModelConfig) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        channels = obs_shape[0]
+        for out_channels, kernel, stride in CONV_SIMPLE_FILTERS:
+            layers += [
+                nn.Conv2d(channels, out_channels, kernel, stride),
+                activation(cfg.nonlinearity),
+            ]
+            channels = out_channels
+        self.conv = nn.Sequential(*layers)
+        with torch.no_grad():
+            conv_out = self.conv(torch.zeros(1, *obs_shape)).numel()
+        self.fc = nn.Sequential(nn.Linear(conv_out, cfg.hidden), activation(cfg.nonlinearity))
+        self.out_size = cfg.hidden
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Encode float images `[N, C, H, W]` (already scaled to [0, 1]) into `[N, hidden]`."""
+        # flatten (a reshape, not .view) so a channels_last input works too
+        return self.fc(torch.flatten(self.conv(x), 1))
+
+
+class MlpEncoder(nn.Module):
+    """MLP over a (normalized) vector observation; the output size is the last layer's width."""
+
+    def __init__(self, in_size: int, widths: tuple[int, ...], nonlinearity: str) -> None:
+        super().__init__()
+        self.net = mlp(in_size, widths, nonlinearity)
+        self.out_size = widths[-1] if widths else in_size
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Encode `[N, D]` into `[N, out_size]`."""
+        return self.net(x)
+
+
+def to_float(x: Tensor) -> Tensor:
+    """uint8 images to float in [0, 1]; anything else to float32 unchanged."""
+    if x.dtype == torch.uint8:
+        return x.float() * (1.0 / 255.0)
+    return x.float()
+
+
+class ObsEncoder(nn.Module):
+    """Encodes an observation dict: `obs` (image or vector) plus, in `full`, `measurements`."""
+
+    def __init__(self, obs_spec: dict[str, tuple[tuple[int, ...], str]], cfg: ModelConfig) -> None:
+        super().__init__()
+        if "obs" not in obs_spec:
+            raise ValueError(f"obs_spec needs an 'obs' entry, got keys {sorted(obs_spec)}")
+        obs_shape = tuple(obs_spec["obs"][0])
+        kind = cfg.encoder
+        if kind == "auto":
+            kind = "conv_simple" if len(obs_shape) == 3 else "mlp"
+        self.main: nn.Module
+        if kind == "conv_simple":
+            if len(obs_shape) != 3:
+                raise ValueError(f"conv_simple needs [C, H, W] observations, got {obs_shape}")
+            self.main = ConvSimpleEncoder(obs_shape, cfg)
+        else:
+            if len(obs_shape) != 1:
+                raise ValueError(f"mlp encoder needs [D] observations, got {obs_shape}")
+            self.main = MlpEncoder(obs_shape[0], cfg.mlp_layers, cfg.nonlinearity)
+        self.out_size: int = self.main.out_size
+        self.measurements: MlpEncoder | None = None
+        if cfg.architecture == "full":
+            if "measurements" not in obs_spec:
+                raise ValueError("architecture 'full' needs a 'measurements' entry in obs_spec")
+            (num_measurements,) = obs_spec["measurements"][0]
+            self.measurements = MlpEncoder(
+                num_measurements, cfg.measurements_hidden, cfg.nonlinearity
+            )
+            self.out_size += self.measurements.out_size
+
+    def forward(self, obs: dict[str, Tensor]) -> Tensor:
+        """Encode a dict of `[N, ...]` tensors into `[N, out_size]`."""
+        x = self.main(to_float(obs["obs"]))
+        if self.measurements is not None:
+            x = torch.cat([x, self.measurements(obs["measurements"].float())], dim=1)
+        return x

@@ -1,0 +1,39 @@
+"""sfbus: an asyncio / ZeroMQ message-bus microkernel for high-throughput reinforcement learning.
+
+The public kernel API is the names below; everything else in the package is private.
+"""
+
+from sfbus.actor import Actor, NoParams, Signal, slot
+from sfbus.errors import (
+    ActorDeadError,
+    FrameError,
+    RunFailed,
+    SfbusError,
+    SharedMemoryError,
+    SlotPoolError,
+    SlotPoolExhausted,
+    TopologyError,
+)
+from sfbus.messages import Empty, Message
+from sfbus.shm import ArraySpec, SharedArray
+from sfbus.slot_pool import SlotPool
+
+__all__ = [
+    "Actor",
+    "ActorDeadError",
+    "ArraySpec",
+    "Empty",
+    "FrameError",
+    "Message",
+    "NoParams",
+    "RunFailed",
+    "SfbusError",
+    "SharedArray",
+    "SharedMemoryError",
+    "Signal",
+    "SlotPool",
+    "SlotPoolError",
+    "SlotPoolExhausted",
+    "TopologyError",
+    "slot",
+]

@@ -1,0 +1,7 @@
+"""``python -m sfbus``: the command line."""
+
+import sys
+
+from sfbus.cli import main
+
+sys.exit(main())

@@ -1,0 +1,277 @@
+"""The bus of one process: delivers signals to local slots directly and to other processes over ipc.
+
+Inside the process an emission becomes ``loop.call_soon(slot, payload)``. Towards another process
+it is appended to that peer's outbox; the outbox is encoded as one data frame (see
+:mod:`sfbus.frames`) at the end of the loop iteration, or as soon as it is full, and sent with a
+non-blocking send on a ZeroMQ PUSH socket. Each process binds one PULL socket; its receive loop
+awaits readiness and then drains with non-blocking receives, which is what keeps a flood from
+stalling the socket's edge-triggered notification.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import zmq
+import zmq.asyncio
+
+from sfbus.actor import Actor
+from sfbus.errors import FrameError
+from sfbus.frames import (
+    CONTROL_EDGE,
+    MAX_DELIVERIES_PER_FRAME,
+    SUPERVISOR_SENDER,
+    Control,
+    PayloadDecoder,
+    decode_control,
+    decode_data,
+    encode_data,
+)
+from sfbus.messages import Message
+from sfbus.ratelimit import RateLimitedLog
+from sfbus.routing import Edge, Route, RoutingTable
+
+log = logging.getLogger(__name__)
+
+# Frames received per wake-up before yielding to the loop, so that a flood cannot starve timers.
+_MAX_DRAIN = 256
+
+
+def socket_address(sock_dir: str, process: str) -> str:
+    """The ipc address a process binds its data socket to."""
+    return f"ipc://{os.path.join(sock_dir, process)}.ipc"
+
+
+@dataclass
+class BusCounters:
+    """Per-process counts of what went wrong on the wire (exported as metrics)."""
+
+    frames_received: int = 0
+    frames_sent: int = 0
+    malformed: int = 0
+    unknown_edge: int = 0
+    unknown_peer: int = 0
+
+
+class _Peer:
+    """Outgoing link to one other process: an outbox coalesced into frames, sent without blocking."""
+
+    def __init__(self, bus: Bus, address: str) -> None:
+        self.bus = bus
+        self.sock = bus.zmq_context.socket(zmq.PUSH)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(address)
+        self.outbox: list[tuple[int, Message]] = []
+        self.pending: deque[bytes] = deque()
+        self.scheduled = False
+        self.writer: asyncio.Task[None] | None = None
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def append(self, edge_id: int, payload: Message) -> None:
+        self.outbox.append((edge_id, payload))
+        if len(self.outbox) >= MAX_DELIVERIES_PER_FRAME:
+            self.flush()
+        elif not self.scheduled:
+            self.scheduled = True
+            self.idle.clear()
+            self.bus.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.scheduled = False
+        if self.outbox:
+            frame = encode_data(self.bus.sender_id, self.outbox)
+            self.outbox = []
+            self.bus.counters.frames_sent += 1
+            if self.pending:
+                self.pending.append(frame)
+            else:
+                try:
+                    self.sock.send(frame, zmq.NOBLOCK)
+                except zmq.Again:  # peer's queue is full: keep order, wait for room
+                    self.pending.append(frame)
+        if self.pending:
+            self.idle.clear()
+            if self.writer is None:
+                self.writer = asyncio.ensure_future(self._write_pending())
+        elif not self.scheduled:
+            self.idle.set()
+
+    async def _write_pending(self) -> None:
+        poller = zmq.asyncio.Socket.from_socket(self.sock)
+        try:
+            while self.pending:
+                await poller.poll(flags=zmq.POLLOUT)
+                while self.pending:
+                    try:
+                        self.sock.send(self.pending[0], zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self.pending.popleft()
+        finally:
+            self.writer = None
+            if not self.pending and not self.scheduled:
+                self.idle.set()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.cancel()
+        self.sock.close(linger=0)
+
+
+class Bus:
+    """Moves the signals of the actors hosted by one OS process.
+
+    ``hosted`` names the topology process instances whose actors live here: one in a normal
+    run, all of them in serial mode (every actor on one loop, no sockets at all).
+    """
+
+    def __init__(self, table: RoutingTable, hosted: Iterable[str], sock_dir: str | None = None,
+                 zmq_context: zmq.Context | None = None) -> None:
+        self.table = table
+        self.hosted = set(hosted)
+        self.sock_dir = sock_dir
+        self.loop = asyncio.get_running_loop()
+        self.zmq_context = zmq_context or zmq.Context.instance()
+        self.counters = BusCounters()
+        self.actors: dict[str, Actor] = {}
+        self.on_control: Callable[[Control], None] = lambda message: None
+        self._warn = RateLimitedLog(log)
+        self._peers: dict[str, _Peer] = {}
+        self._inbound: dict[int, tuple[PayloadDecoder, Callable[[Message], None]]] = {}
+        self._allowed_senders: set[int] = {SUPERVISOR_SENDER}
+        self._receiver: zmq.Socket | None = None
+        first = next(iter(sorted(self.hosted)))
+        self.sender_id = table.processes[first].index
+
+    def attach(self, actor: Actor) -> None:
+        """Host ``actor``; its name must be an actor instance of a hosted process."""
+        instance = self.table.actors[actor.name]
+        if instance.process not in self.hosted:
+            raise ValueError(f"actor {actor.name!r} belongs to process {instance.process!r}")
+        self.actors[actor.name] = actor
+
+    def connect(self) -> None:
+        """Wire every hosted actor's signals to their routes and bind the data socket."""
+        for name, actor in self.actors.items():
+            for route in self.table.routes.get(name, ()):
+                bound = actor._bound_signals[route.signal]
+                bound.routes = (*bound.routes, self._route_function(route))
+        remote_sources = any(
+            self.table.actors[e.source].process not in self.hosted
+            for process in self.hosted for e in self.table.edges_into(process).values()
+        )
+        for process in self.hosted:
+            for edge_id, edge in self.table.edges_into(process).items():
+                target = self.actors[edge.target]
+                self._inbound[edge_id] = (PayloadDecoder(edge.payload), target._bind_slot(edge.slot))
+            self._allowed_senders |= self.table.senders_to(process)
+        if self.sock_dir is not None and (remote_sources or len(self.hosted) == 1):
+            self._receiver = self.zmq_context.socket(zmq.PULL)
+            self._receiver.setsockopt(zmq.LINGER, 0)
+            self._receiver.bind(socket_address(self.sock_dir, first_of(self.hosted)))
+
+    def _route_function(self, route: Route) -> Callable[[Message, int | None], None]:
+        deliver = [self._edge_function(edge) for edge in route.edges]
+        if route.mode == "broadcast" or len(deliver) == 1:
+            if len(deliver) == 1:
+                only = deliver[0]
+                return lambda payload, key: only(payload)
+
+            def broadcast(payload: Message, key: int | None) -> None:
+                for fn in deliver:
+                    fn(payload)
+            return broadcast
+
+        turn = itertools.cycle(range(len(deliver)))
+
+        def any_one(payload: Message, key: int | None) -> None:
+            deliver[next(turn) if key is None else key % len(deliver)](payload)
+        return any_one
+
+    def _edge_function(self, edge: Edge) -> Callable[[Message], None]:
+        if edge.process in self.hosted:
+            call_soon = self.loop.call_soon
+            target = self.actors[edge.target]._bind_slot(edge.slot)
+            return lambda payload: call_soon(target, payload)
+        if self.sock_dir is None:
+            raise ValueError(f"edge to {edge.process!r} needs a socket directory")
+        peer = self._peers.get(edge.process)
+        if peer is None:
+            peer = self._peers[edge.process] = _Peer(self, socket_address(self.sock_dir, edge.process))
+        edge_id, append = edge.id, peer.append
+        return lambda payload: append(edge_id, payload)
+
+    async def serve(self) -> None:
+        """Receive frames until cancelled; malformed input is counted and logged, never raised."""
+        if self._receiver is None:
+            await asyncio.Event().wait()
+            return
+        receiver = self._receiver
+        poller = zmq.asyncio.Socket.from_socket(receiver)
+        while True:
+            await poller.poll(flags=zmq.POLLIN)
+            for _ in range(_MAX_DRAIN):
+                try:
+                    frame = receiver.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self.dispatch(frame)
+            else:
+                await asyncio.sleep(0)
+
+    def dispatch(self, frame: bytes) -> None:
+        """Decode one data frame and deliver its payloads; bad parts are dropped and counted."""
+        self.counters.frames_received += 1
+        try:
+            sender, deliveries = decode_data(frame)
+        except FrameError as error:
+            self.counters.malformed += 1
+            self._warn.warning("malformed", "dropped a malformed frame: %s", error)
+            return
+        if sender not in self._allowed_senders:
+            self.counters.unknown_peer += 1
+            self._warn.warning("peer", "dropped a frame from unknown sender id %s", sender)
+            return
+        inbound = self._inbound
+        for edge_id, raw in deliveries:
+            entry = inbound.get(edge_id)
+            try:
+                if entry is None:
+                    if sender == SUPERVISOR_SENDER and edge_id == CONTROL_EDGE:
+                        self.on_control(decode_control(raw))
+                        continue
+                    self.counters.unknown_edge += 1
+                    self._warn.warning("edge", "dropped a delivery on unknown edge %s", edge_id)
+                    continue
+                payload = entry[0].decode(raw)
+            except FrameError as error:
+                self.counters.malformed += 1
+                self._warn.warning("payload", "dropped a malformed payload: %s", error)
+                continue
+            entry[1](payload)
+
+    async def flush(self) -> None:
+        """Wait until every queued outgoing frame was handed to ZeroMQ."""
+        for peer in list(self._peers.values()):
+            await peer.idle.wait()
+
+    def close(self) -> None:
+        """Close every socket (pending frames are dropped)."""
+        for peer in self._peers.values():
+            peer.close()
+        self._peers.clear()
+        if self._receiver is not None:
+            self._receiver.close(linger=0)
+            self._receiver = None
+
+
+def first_of(names: Iterable[str]) -> str:
+    """The first name in sorted order (the wire identity of a bus hosting several processes)."""
+    return sorted(names)[0]

@@ -1,0 +1,82 @@
+"""Entry point of one run process: ``python -m sfbus.child RUN_DIR PROCESS``.
+
+Only the supervisor handles Ctrl-C: a child ignores SIGINT (the terminal sends it to the whole
+process group) and stops gracefully on the supervisor's ``Stop`` or on SIGTERM. It asks the
+kernel to kill it if the supervisor dies, so no orphan outlives a ``kill -9`` of the launcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from sfbus.host import ProcessHost
+from sfbus.loop import run
+from sfbus.routing import RoutingTable
+from sfbus.rundir import read_manifest
+
+_PR_SET_PDEATHSIG = 1
+SUPERVISOR_PID_ENV = "SFBUS_SUPERVISOR_PID"
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: orphans are then cleaned by `sfbus clean`
+        pass
+    # The supervisor may have died before the line above ran: then nobody will signal us.
+    if str(os.getppid()) != os.environ.get(SUPERVISOR_PID_ENV, str(os.getppid())):
+        os._exit(1)
+
+
+def _configure_logging(run_dir: Path, process: str) -> None:
+    fmt = f"%(asctime)s {process} %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=logging.INFO, format=fmt, stream=sys.stderr)
+    handler = logging.FileHandler(run_dir / "logs" / f"{process}.log")
+    handler.setFormatter(logging.Formatter(fmt))
+    logging.getLogger().addHandler(handler)
+
+
+async def _main(run_dir: Path, process: str) -> None:
+    from sfbus.topology import load_topology
+
+    manifest = read_manifest(run_dir)
+    topology = load_topology(str(run_dir / manifest.topology_file))
+    table = RoutingTable(topology)
+    spec = table.processes[process].spec
+    if spec.cpu_affinity:
+        os.sched_setaffinity(0, spec.cpu_affinity)
+    if spec.nice:
+        os.nice(spec.nice)
+    host = ProcessHost(
+        table, [process], run_id=manifest.run_id, run_dir=str(run_dir),
+        sock_dir=manifest.sock_dir, array_specs=manifest.array_specs(),
+        supervisor_address=f"ipc://{manifest.sock_dir}/supervisor.ipc",
+    )
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, host.stop_requested.set)
+    await host.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one process of a run until the supervisor stops it."""
+    run_dir_arg, process = (argv if argv is not None else sys.argv[1:])[:2]
+    run_dir = Path(run_dir_arg)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    _configure_logging(run_dir, process)
+    try:
+        run(_main(run_dir, process))
+    except Exception:
+        logging.getLogger(__name__).exception("process %s failed", process)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The ``sfbus`` command line.
+
+Exit codes: 0 finished, 1 failed at run time, 2 bad input (nothing started), 130 interrupted.
+Commands that need more than the kernel (``enjoy``, ``plot``, ...) register themselves under the
+``sfbus.commands`` entry-point group, each naming a function ``register(subparsers)`` that adds
+its sub-parser and sets ``func`` (taking the parsed args, returning the exit code); the kernel
+never imports them by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from sfbus.errors import SfbusError, TopologyError
+
+log = logging.getLogger("sfbus")
+
+BAD_INPUT = 2
+
+
+def _load(args: argparse.Namespace):
+    from sfbus.topology import load_topology
+
+    return load_topology(args.topology, getattr(args, "set", None) or ())
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Start a topology and supervise it until it ends."""
+    from sfbus.loop import run
+    from sfbus.rundir import default_run_dir
+    from sfbus.supervisor import RunOptions, Supervisor
+
+    topology = _load(args)
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(topology.name)
+    options = RunOptions(run_dir=run_dir, max_seconds=args.max_seconds,
+                         max_frames=args.max_frames, metrics_port=args.metrics_port)
+    if args.serial:
+        from sfbus.serial import run_serial
+
+        return int(run(run_serial(topology, options)))
+    return int(run(Supervisor(topology, topology.document, options).run()))
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Check a topology file and print a one-line summary."""
+    topology = _load(args)
+    actors = sum(len(p.actors) * p.replicas for p in topology.processes)
+    processes = sum(p.replicas for p in topology.processes)
+    print(f"{args.topology}: ok ({processes} processes, {actors} actors, "
+          f"{len(topology.connections)} connections)")
+    return 0
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    """Print the process / actor / connection graph."""
+    from sfbus.topology import render_graph
+
+    print(render_graph(_load(args), args.format))
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    """Remove shared-memory segments left by runs whose launcher died."""
+    from sfbus.shm import clean_stale_segments
+
+    removed = clean_stale_segments()
+    for path in removed:
+        print(f"removed {path}")
+    print(f"{len(removed)} stale segment(s) removed")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, with the kernel's commands and every registered extension."""
+    parser = argparse.ArgumentParser(prog="sfbus", description="Asynchronous RL on a message bus.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a topology", description=cmd_run.__doc__)
+    _topology_args(run)
+    run.add_argument("--run-dir", help="run directory (default: runs/<topology>-<time>)")
+    run.add_argument("--metrics-port", type=int, default=None,
+                     help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)")
+    run.add_argument("--max-seconds", type=float, default=None, help="stop after S seconds")
+    run.add_argument("--max-frames", type=int, default=None,
+                     help="stop once the actors reported N frames of progress")
+    run.add_argument("--serial", action="store_true",
+                     help="run every actor on one event loop in this process (debugging)")
+    run.set_defaults(func=cmd_run)
+
+    validate = sub.add_parser("validate", help="check a topology file",
+                              description=cmd_validate.__doc__)
+    _topology_args(validate)
+    validate.set_defaults(func=cmd_validate)
+
+    graph = sub.add_parser("graph", help="print the topology graph", description=cmd_graph.__doc__)
+    _topology_args(graph)
+    graph.add_argument("--format", choices=("mermaid", "dot"), default="mermaid")
+    graph.set_defaults(func=cmd_graph)
+
+    clean = sub.add_parser("clean", help="remove stale shared memory", description=cmd_clean.__doc__)
+    clean.set_defaults(func=cmd_clean)
+
+    for entry in entry_points(group="sfbus.commands"):
+        entry.load()(sub)
+    return parser
+
+
+def _topology_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("topology", help="topology YAML file")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="override a setting or parameter (repeatable)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except TopologyError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return BAD_INPUT
+    except SfbusError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,126 @@
+"""Compiles a topology into process and actor instances and numbered edges.
+
+Every process derives the same table from the same topology snapshot, so a frame can name an edge
+by its integer id and the receiver knows the target actor, slot and payload type without any
+negotiation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from sfbus.messages import Message
+from sfbus.topology import import_actor_class
+from sfbus.topology.model import ActorSpec, ProcessSpec, Topology
+
+
+def instance_name(name: str, replica: int, replicas: int) -> str:
+    """The name of one replica: the plain name when there is one, ``name.i`` otherwise."""
+    return name if replicas == 1 else f"{name}.{replica}"
+
+
+@dataclass(frozen=True)
+class ActorInstance:
+    """One running copy of an actor."""
+
+    name: str
+    spec: ActorSpec
+    process: str
+    replica: int
+
+    @cached_property
+    def cls(self) -> type:
+        """The actor class, imported on first use."""
+        return import_actor_class(self.spec.class_path)
+
+
+@dataclass(frozen=True)
+class ProcessInstance:
+    """One OS process of the run; ``index`` is its id on the wire."""
+
+    name: str
+    spec: ProcessSpec
+    replica: int
+    index: int
+    actors: tuple[ActorInstance, ...]
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One signal of one actor instance delivered to one slot of another."""
+
+    id: int
+    source: str
+    signal: str
+    target: str
+    slot: str
+    process: str
+    payload: type[Message]
+
+
+@dataclass(frozen=True)
+class Route:
+    """What one emission of ``source.signal`` does: all edges (broadcast) or one of them (any)."""
+
+    source: str
+    signal: str
+    mode: str
+    edges: tuple[Edge, ...]
+
+
+class RoutingTable:
+    """Instances and edges of a topology, identical in every process of a run."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        processes: list[ProcessInstance] = []
+        self.actors: dict[str, ActorInstance] = {}
+        replicas_of: dict[str, list[ActorInstance]] = {}
+        for spec in topology.processes:
+            for replica in range(spec.replicas):
+                pname = instance_name(spec.name, replica, spec.replicas)
+                actors = tuple(
+                    ActorInstance(instance_name(a.name, replica, spec.replicas), a, pname, replica)
+                    for a in spec.actors
+                )
+                for actor in actors:
+                    self.actors[actor.name] = actor
+                    replicas_of.setdefault(actor.spec.name, []).append(actor)
+                processes.append(ProcessInstance(pname, spec, replica, len(processes), actors))
+        self.processes = {p.name: p for p in processes}
+
+        edges: list[Edge] = []
+        self.routes: dict[str, list[Route]] = {}
+        for conn in topology.connections:
+            for source in replicas_of[conn.source]:
+                payload = source.cls.signal_types()[conn.signal]
+                route_edges = []
+                for target in replicas_of[conn.target]:
+                    edge = Edge(len(edges), source.name, conn.signal, target.name, conn.slot,
+                                target.process, payload)
+                    edges.append(edge)
+                    route_edges.append(edge)
+                route = Route(source.name, conn.signal, conn.mode, tuple(route_edges))
+                self.routes.setdefault(source.name, []).append(route)
+        self.edges = tuple(edges)
+
+    def edges_into(self, process: str) -> dict[int, Edge]:
+        """Edges whose target lives in ``process``, by id."""
+        return {e.id: e for e in self.edges if e.process == process}
+
+    def senders_to(self, process: str) -> set[int]:
+        """Wire ids of the processes that may send data frames to ``process``."""
+        return {
+            self.processes[self.actors[e.source].process].index
+            for e in self.edges
+            if e.process == process
+        }
+
+    def peers_of(self, process: str) -> set[str]:
+        """Processes that ``process`` sends data frames to."""
+        return {
+            e.process
+            for e in self.edges
+            if self.actors[e.source].process == process and e.process != process
+        }

@@ -1,0 +1,458 @@
+"""Named, fixed-shape shared arrays in ``/dev/shm``, and the removal of a run's segments.
+
+The launcher creates every array of a run once from its specs; each process attaches them by name,
+so a restarted process finds the same bytes. A segment is a plain file
+``/dev/shm/sfbus-{run_id}-{array_name}`` mapped with ``mmap``; ``run_id`` is
+``{launcher_pid}-{token}``, which lets :func:`clean_stale_segments` tell the segments of a dead
+launcher from those of a live one.
+
+We do not use :mod:`multiprocessing.shared_memory`: its resource tracker unlinks a segment when the
+process that touched it exits, which would delete the buffers a restarted process must reattach.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import re
+import secrets
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Self
+
+import numpy as np
+
+from sfbus.errors import SharedMemoryError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "SHM_DIR",
+    "ArraySpec",
+    "SharedArray",
+    "SharedMemory",
+    "clean_stale_segments",
+    "new_run_id",
+    "remove_run_segments",
+    "segment_path",
+]
+
+logger = logging.getLogger(__name__)
+
+SHM_DIR = "/dev/shm"
+"""Where segments live: a tmpfs on Linux, so a segment is RAM that outlives its processes."""
+
+_PREFIX = "sfbus-"
+_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+# The token has no '-', so the prefix "sfbus-{run_id}-" of one run never matches another run's.
+_RUN_ID_RE = re.compile(r"([0-9]+)-([A-Za-z0-9_]+)")
+_SEGMENT_RE = re.compile(r"sfbus-([0-9]+)-([A-Za-z0-9_]+)-([A-Za-z0-9_.-]+)")
+# Kinds that map onto raw bytes: bool, signed/unsigned int, float, complex.
+_DTYPE_KINDS = "biufc"
+_MAX_FILENAME = 255
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """The name, shape and numpy dtype of one shared array; invalid specs raise ``ValueError``."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
+            raise ValueError(
+                f"shared array name {self.name!r} is invalid: use only letters, digits, '_', '.', '-'"
+            )
+        # Topology YAML gives lists; store a tuple so specs stay hashable and comparable.
+        try:
+            shape = tuple(self.shape)
+        except TypeError:
+            raise ValueError(
+                f"shared array {self.name!r}: shape {self.shape!r} is not a sequence of ints"
+            ) from None
+        for dim in shape:
+            if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
+                raise ValueError(
+                    f"shared array {self.name!r}: shape {self.shape!r} must hold positive ints"
+                )
+        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+        try:
+            # np.dtype(None) is float64; a missing dtype is a mistake, not a request for floats.
+            if self.dtype is None:
+                raise TypeError
+            dtype = np.dtype(self.dtype)
+        except TypeError:
+            raise ValueError(
+                f"shared array {self.name!r}: unknown dtype {self.dtype!r}"
+                " (use a numpy dtype string such as 'float32', 'uint8', 'int64')"
+            ) from None
+        if dtype.kind not in _DTYPE_KINDS or dtype.byteorder not in "=|":
+            raise ValueError(
+                f"shared array {self.name!r}: dtype {self.dtype!r} cannot live in shared memory"
+                " (use a native-endian bool, integer, float or complex dtype)"
+            )
+        # Store the canonical name so that "f4" and "float32" give equal specs.
+        object.__setattr__(self, "dtype", dtype.name)
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the array in bytes."""
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+def new_run_id() -> str:
+    """Return a fresh run id ``{pid}-{token}`` for a launcher running in this process."""
+    return f"{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def _check_run_id(run_id: str) -> None:
+    if not isinstance(run_id, str) or not _RUN_ID_RE.fullmatch(run_id):
+        raise ValueError(
+            f"run id {run_id!r} is not '<launcher pid>-<token>'; make one with"
+            " sfbus.shm.new_run_id()"
+        )
+
+
+def segment_path(run_id: str, name: str) -> str:
+    """Return the ``/dev/shm`` path of array ``name`` in run ``run_id``."""
+    _check_run_id(run_id)
+    if not _NAME_RE.fullmatch(name):
+        raise ValueError(f"shared array name {name!r} is invalid")
+    filename = f"{_PREFIX}{run_id}-{name}"
+    if len(filename) > _MAX_FILENAME:
+        raise ValueError(f"shared-memory segment name {filename!r} is longer than 255 characters")
+    return os.path.join(SHM_DIR, filename)
+
+
+class SharedArray:
+    """One shared-memory segment seen as a numpy array and a torch tensor over the same bytes.
+
+    Made with :meth:`create` (launcher) or :meth:`attach` (every process); usable from any thread
+    of the process that made it. A new segment is zero-filled; callers write their own sentinels.
+    """
+
+    def __init__(self, path: str, spec: ArraySpec, mm: mmap.mmap) -> None:
+        """Wrap an existing mapping; use :meth:`create` or :meth:`attach` instead."""
+        self._path = path
+        self._spec = spec
+        self._mmap: mmap.mmap | None = mm
+        self._numpy: np.ndarray | None = None
+        self._torch: torch.Tensor | None = None
+
+    @classmethod
+    def create(cls, run_id: str, spec: ArraySpec) -> SharedArray:
+        """Create a zero-filled segment for ``spec``; raise SharedMemoryError if it exists."""
+        path = segment_path(run_id, spec.name)
+        nbytes = spec.nbytes
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        except FileExistsError:
+            raise SharedMemoryError(
+                f"shared-memory segment '{path}' already exists; another run uses this run id,"
+                " or a crashed run left it behind (remove it with `sfbus clean`)"
+            ) from None
+        except OSError as exc:
+            raise SharedMemoryError(
+                f"cannot create shared-memory segment '{path}': {exc.strerror}"
+            ) from exc
+        try:
+            # The umask may have cleared bits of 0o600; set them exactly.
+            os.fchmod(fd, 0o600)
+            os.ftruncate(fd, nbytes)
+            _reserve(fd, path, nbytes)
+            mm = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException as exc:
+            os.close(fd)
+            _unlink_quietly(path)
+            if isinstance(exc, OSError):
+                raise SharedMemoryError(
+                    f"cannot create shared-memory segment '{path}' ({nbytes} bytes):"
+                    f" {exc.strerror or exc}"
+                ) from exc
+            raise
+        os.close(fd)  # the mapping keeps its own reference to the file
+        return cls(path, spec, mm)
+
+    @classmethod
+    def attach(cls, run_id: str, spec: ArraySpec) -> SharedArray:
+        """Map the existing segment for ``spec``; raise SharedMemoryError if missing or resized."""
+        path = segment_path(run_id, spec.name)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            raise SharedMemoryError(
+                f"shared-memory segment '{path}' does not exist: the launcher of run {run_id}"
+                " has not created it, or the run has ended"
+            ) from None
+        except OSError as exc:
+            raise SharedMemoryError(
+                f"cannot open shared-memory segment '{path}': {exc.strerror}"
+            ) from exc
+        try:
+            size = os.fstat(fd).st_size
+            if size != spec.nbytes:
+                raise SharedMemoryError(
+                    f"shared-memory segment '{path}' is {size} bytes, but spec"
+                    f" {spec.name} {spec.shape} {spec.dtype} needs {spec.nbytes} bytes;"
+                    " the processes of this run disagree on its shape or dtype"
+                )
+            mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as exc:
+            raise SharedMemoryError(
+                f"cannot map shared-memory segment '{path}': {exc.strerror or exc}"
+            ) from exc
+        finally:
+            os.close(fd)
+        return cls(path, spec, mm)
+
+    @property
+    def spec(self) -> ArraySpec:
+        """The spec this segment was created or attached with."""
+        return self._spec
+
+    @property
+    def path(self) -> str:
+        """The segment's file path in ``/dev/shm``."""
+        return self._path
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._mmap is None
+
+    @property
+    def numpy(self) -> np.ndarray:
+        """A writable numpy view over the segment (no copy); raises ValueError once closed."""
+        if self._numpy is None:
+            if self._mmap is None:
+                raise ValueError(f"shared array {self._spec.name!r} ('{self._path}') is closed")
+            # frombuffer keeps a buffer export on the mmap, so close() cannot unmap pages under a
+            # live view (np.ndarray(buffer=mm) keeps none, and a later access would segfault).
+            flat = np.frombuffer(self._mmap, dtype=self._spec.dtype)
+            self._numpy = flat.reshape(self._spec.shape)
+        return self._numpy
+
+    @property
+    def torch(self) -> torch.Tensor:
+        """A CPU torch tensor over the same bytes as :attr:`numpy`; imports torch on first use."""
+        if self._torch is None:
+            # Imported here so that processes which never touch tensors skip torch's import time.
+            import torch
+
+            self._torch = torch.from_numpy(self.numpy)
+        return self._torch
+
+    def close(self) -> None:
+        """Drop this process's mapping; idempotent. The segment itself stays (see unlink)."""
+        mm, self._mmap = self._mmap, None
+        self._numpy = None
+        self._torch = None
+        if mm is None:
+            return
+        try:
+            mm.close()
+        except BufferError:
+            # A caller still holds a view; the pages are unmapped when its last view is freed.
+            pass
+
+    def unlink(self) -> None:
+        """Remove the segment's file; idempotent. Existing mappings stay valid until closed."""
+        _unlink_quietly(self._path)
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<SharedArray {self._spec.name} {self._spec.shape} {self._spec.dtype} {state}>"
+
+
+class SharedMemory(Mapping[str, SharedArray]):
+    """The set of shared arrays of one run, looked up by name: ``shm["traj.obs"].numpy``.
+
+    The launcher calls :meth:`create` once per run and :meth:`unlink` on every exit path; every
+    process (the launcher included) calls :meth:`attach` or uses the created object.
+    """
+
+    def __init__(self, run_id: str, arrays: dict[str, SharedArray]) -> None:
+        """Wrap arrays already mapped; use :meth:`create` or :meth:`attach` instead."""
+        self._run_id = run_id
+        self._arrays = arrays
+
+    @classmethod
+    def create(cls, run_id: str, specs: Iterable[ArraySpec]) -> SharedMemory:
+        """Create every array of ``specs``, all or none; raise SharedMemoryError on failure."""
+        specs = _unique(specs)
+        arrays: dict[str, SharedArray] = {}
+        try:
+            for spec in specs:
+                arrays[spec.name] = SharedArray.create(run_id, spec)
+        except BaseException:
+            for array in arrays.values():
+                array.close()
+                array.unlink()
+            raise
+        return cls(run_id, arrays)
+
+    @classmethod
+    def attach(cls, run_id: str, specs: Iterable[ArraySpec]) -> SharedMemory:
+        """Attach every array of ``specs``; raise SharedMemoryError naming a missing segment."""
+        specs = _unique(specs)
+        arrays: dict[str, SharedArray] = {}
+        try:
+            for spec in specs:
+                arrays[spec.name] = SharedArray.attach(run_id, spec)
+        except BaseException:
+            for array in arrays.values():
+                array.close()
+            raise
+        return cls(run_id, arrays)
+
+    @property
+    def run_id(self) -> str:
+        """The run these arrays belong to."""
+        return self._run_id
+
+    @property
+    def specs(self) -> list[ArraySpec]:
+        """The specs of every array, in creation order."""
+        return [array.spec for array in self._arrays.values()]
+
+    def __getitem__(self, name: str) -> SharedArray:
+        try:
+            return self._arrays[name]
+        except KeyError:
+            known = ", ".join(sorted(self._arrays)) or "none"
+            raise KeyError(f"no shared array {name!r} in run {self._run_id} (have: {known})") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    def close(self) -> None:
+        """Drop this process's mappings of every array; idempotent."""
+        for array in self._arrays.values():
+            array.close()
+
+    def unlink(self) -> None:
+        """Remove every array's file; idempotent, ignores files already gone."""
+        for array in self._arrays.values():
+            array.unlink()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<SharedMemory run={self._run_id} arrays={list(self._arrays)}>"
+
+
+def remove_run_segments(run_id: str) -> list[str]:
+    """Remove every segment of run ``run_id``; return the removed paths."""
+    _check_run_id(run_id)
+    prefix = f"{_PREFIX}{run_id}-"
+    removed = []
+    for filename in sorted(_list_shm()):
+        if filename.startswith(prefix):
+            path = os.path.join(SHM_DIR, filename)
+            if _unlink_quietly(path):
+                removed.append(path)
+    return removed
+
+
+def clean_stale_segments() -> list[str]:
+    """Remove the segments of launchers that no longer run; return the removed paths.
+
+    A segment whose launcher pid is alive is never touched. A dead launcher's pid reused by an
+    unrelated process keeps its segments until that process ends too: keeping a little memory is
+    better than deleting a live run's buffers.
+    """
+    alive: dict[int, bool] = {}
+    removed = []
+    for filename in sorted(_list_shm()):
+        match = _SEGMENT_RE.fullmatch(filename)
+        if match is None:
+            continue
+        pid = int(match.group(1))
+        if pid not in alive:
+            alive[pid] = _pid_alive(pid)
+        if alive[pid]:
+            continue
+        path = os.path.join(SHM_DIR, filename)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            continue  # another cleaner got there first
+        except PermissionError:
+            # /dev/shm is sticky: another user's stale segment is theirs to remove.
+            logger.warning("cannot remove stale segment %s: permission denied", path)
+            continue
+        removed.append(path)
+    if removed:
+        logger.info("removed %d stale shared-memory segment(s) of dead runs", len(removed))
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    # pid 0 and negative pids name process groups for os.kill, not a launcher: call them alive so
+    # a name we did not make is left alone.
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists but belongs to another user
+    except OverflowError:
+        return False  # larger than any pid the kernel can give out
+    return True
+
+
+def _reserve(fd: int, path: str, nbytes: int) -> None:
+    # tmpfs allocates pages lazily: without reserving them, a full /dev/shm (docker's default is
+    # 64 MiB) shows up later as SIGBUS deep inside training instead of a clear error here.
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            return  # this filesystem cannot reserve; fall back to lazy allocation
+        if exc.errno == errno.ENOSPC:
+            free = shutil.disk_usage(SHM_DIR).free
+            raise SharedMemoryError(
+                f"cannot create shared-memory segment '{path}' ({nbytes} bytes): {SHM_DIR} has"
+                f" only {free} bytes free; enlarge it (docker: --shm-size) or use smaller buffers"
+            ) from None
+        raise
+
+
+def _unlink_quietly(path: str) -> bool:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _list_shm() -> list[str]:
+    try:
+        return os.listdir(SHM_DIR)
+    except FileNotFoundError:
+        return []
+
+
+def _unique(specs: Iterable[ArraySpec]) -> list[ArraySpec]:
+    specs = list(specs)
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            raise ValueError(f"shared array {spec.name!r} is declared twice")
+        seen.add(spec.name)
+    return specs

@@ -1,0 +1,375 @@
+"""Load a topology file into a validated :class:`~sfbus.topology.model.Topology`.
+
+File format::
+
+    extends: base.yaml      # optional; path relative to this file. Mappings merge deeply, this
+                            # file wins; lists and scalars are replaced whole. Chains are allowed,
+                            # cycles are an error. 'name' is not inherited.
+    name: demo              # optional, default: the file's stem
+    settings:               # shared values: an actor parameter missing from the actor's own
+      total: 10000          # 'params' is taken from here when a key of the same name exists
+    run:                    # optional, fields of RunSettings, type-checked like params
+      heartbeat_timeout_s: 20
+    processes:
+      producer:             # process name
+        replicas: 1         # int >= 1
+        restart: on-failure # always | on-failure | never
+        cpu_affinity: [0]   # optional list of CPU ids
+        nice: 0             # -20 .. 19
+        actors:
+          producer:         # actor name, unique across the whole topology
+            class: sfbus.demo:Producer   # "module:Class", a subclass of sfbus.actor.Actor
+            params: {count: 100}
+    connections:
+      - from: producer.item_ready        # actor.signal
+        to: consumer.on_item_ready       # actor.slot
+        mode: broadcast                  # broadcast (default) | any
+
+An actor parameter resolves to: its ``params`` value, else ``settings[field]``, else the field's
+default; a required field missing everywhere is an error, and so is an unknown key in ``params``.
+
+``--set a.b.c=value`` overrides are applied to the merged document before it is checked. The
+value is parsed as YAML (``3``, ``1e-3``, ``[1, 2]``, ``on-failure``). A path whose first part is
+not a top-level key means ``settings.<path>`` (``--set lr=0.001``). Only mappings can be walked
+into; a step through a list or a scalar is an error.
+
+Every error is a :class:`~sfbus.errors.TopologyError` printed as one line,
+``file:line:col: key.path: message``; a name that is not found ends with
+``; did you mean 'x'?`` when a close one exists. Values from ``--set`` are reported as
+``--set: key.path: message``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import pkgutil
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from sfbus.errors import TopologyError
+from sfbus.topology.model import (
+    ActorSpec,
+    ConnectionSpec,
+    DeliveryMode,
+    Location,
+    ProcessSpec,
+    RestartPolicy,
+    RunSettings,
+    Topology,
+)
+from sfbus.topology.params import ParamError, build_dataclass, convert, describe_value, suggest
+from sfbus.topology.yaml_source import Document, KeyPath, Where, load_yaml, parse_value
+
+TOP_KEYS = ("extends", "name", "settings", "run", "processes", "connections")
+PROCESS_KEYS = ("replicas", "restart", "cpu_affinity", "nice", "actors")
+ACTOR_KEYS = ("class", "params")
+CONNECTION_KEYS = ("from", "to", "mode")
+# Names end up in socket paths, metric labels and 'actor.signal' references: no dots or spaces.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
+
+
+def load_topology(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Topology:
+    """Read, merge (``extends``), override (``--set``) and validate a topology file.
+
+    Imports every actor class it names. Raises :class:`TopologyError` on any problem.
+    """
+    file = os.fspath(path)
+    doc = _load_chain(file, ())
+    for text in overrides:
+        apply_override(doc, text)
+    return _Builder(doc, os.path.splitext(os.path.basename(file))[0]).build()
+
+
+def apply_override(doc: Document, text: str) -> None:
+    """Apply one ``key.path=value`` override to a loaded document (see the module docstring)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise TopologyError(f"expected KEY=VALUE, got '{text}'", file="--set")
+    path: KeyPath = tuple(part.strip() for part in key.split("."))
+    if not all(path):
+        raise TopologyError("empty key in path", file="--set", key=key)
+    if path[0] not in TOP_KEYS:
+        path = ("settings", *path)
+    if path[0] == "extends":
+        raise TopologyError("cannot be overridden; edit the file instead", file="--set",
+                            key="extends")
+    try:
+        value = parse_value(raw)
+    except yaml.YAMLError:
+        raise TopologyError(f"invalid YAML value '{raw}'", file="--set", key=key) from None
+    if not isinstance(doc.data, dict):
+        raise doc.error((), "a topology must be a mapping")
+    doc.set(path, value, Where("--set"))
+
+
+def import_actor_class(class_path: str) -> type:
+    """Import ``"module:Class"`` and check it is an ``Actor``; raises an unlocated TopologyError."""
+    # Imported here, not at module level: the actor module may one day import the topology.
+    from sfbus.actor import Actor
+
+    module_name, sep, attr = class_path.partition(":")
+    if not sep or not module_name or not attr:
+        raise TopologyError(f"expected 'module:Class', got '{class_path}'")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        missing = error.name or module_name
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise TopologyError(f"cannot import module '{module_name}': no module named "
+                                f"'{missing}'{_module_hint(missing)}") from None
+        raise TopologyError(f"importing module '{module_name}' failed: {error}") from None
+    except Exception as error:  # any import-time failure of the user's module is their bug
+        raise TopologyError(f"importing module '{module_name}' failed: "
+                            f"{type(error).__name__}: {error}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            raise TopologyError(f"module '{module_name}' has no attribute '{attr}'"
+                                f"{suggest(part, names)}")
+        obj = getattr(obj, part)
+    if not (isinstance(obj, type) and issubclass(obj, Actor)):
+        raise TopologyError(f"'{class_path}' is not a subclass of sfbus.actor.Actor")
+    return obj
+
+
+def _module_hint(missing: str) -> str:
+    parent, _, leaf = missing.rpartition(".")
+    if not parent:
+        return ""
+    try:
+        package = importlib.import_module(parent)
+    except Exception:  # the hint is best-effort; the error is already known
+        return ""
+    return suggest(leaf, [m.name for m in pkgutil.iter_modules(getattr(package, "__path__", []))])
+
+
+def _load_chain(file: str, chain: tuple[tuple[str, str], ...]) -> Document:
+    """Load ``file`` and, recursively, the files it extends; ``chain`` is (realpath, shown)."""
+    doc = load_yaml(file)
+    if doc.data is None:
+        raise doc.error((), "the file is empty; a topology must be a mapping")
+    if not isinstance(doc.data, dict):
+        raise doc.error((), f"a topology must be a mapping, got {describe_value(doc.data)}")
+    if "extends" not in doc.data:
+        return doc
+    chain = (*chain, (os.path.realpath(file), file))
+    target = doc.data.pop("extends")
+    if not isinstance(target, str):
+        raise doc.error(("extends",), f"expected a file path, got {describe_value(target)}")
+    base_file = os.path.normpath(os.path.join(os.path.dirname(file), target))
+    real = os.path.realpath(base_file)
+    if any(real == seen for seen, _ in chain):
+        shown = " -> ".join([*(name for _, name in chain), base_file])
+        raise doc.error(("extends",), f"extends cycle: {shown}")
+    if not os.path.isfile(base_file):
+        raise doc.error(("extends",), f"file not found: '{base_file}'")
+    base = _load_chain(base_file, chain)
+    base.data.pop("name", None)
+    return doc.merged_over(base)
+
+
+def _location(where: Where) -> Location | None:
+    if where.line is None:
+        return None
+    return Location(where.file, where.line, where.column or 1)
+
+
+class _Builder:
+    """Checks a merged document and builds the model; raises at the first problem."""
+
+    def __init__(self, doc: Document, default_name: str) -> None:
+        self.doc = doc
+        self.default_name = default_name
+        self.actor_classes: dict[str, type] = {}
+        self.members: dict[type, tuple[dict[str, type], dict[str, type]]] = {}
+
+    def fail(self, path: KeyPath, message: str, *, at_key: bool = False) -> TopologyError:
+        return self.doc.error(path, message, at_key=at_key)
+
+    def mapping(self, path: KeyPath, allowed: Sequence[str] = (), *,
+                required: Sequence[str] = ()) -> dict[str, Any]:
+        value = self.doc.get(path)
+        if not isinstance(value, dict):
+            raise self.fail(path, f"expected a mapping, got {describe_value(value)}")
+        for key in value:
+            if allowed and key not in allowed:
+                raise self.fail((*path, key), f"unknown key '{key}'{suggest(key, allowed)}",
+                                at_key=True)
+        for key in required:
+            if key not in value:
+                raise self.fail(path, f"missing required key '{key}'")
+        return value
+
+    def typed(self, path: KeyPath, tp: Any, default: Any = None) -> Any:
+        if not _has(self.doc, path):
+            return default
+        try:
+            return convert(self.doc.get(path), tp, path)
+        except ParamError as error:
+            raise self.fail(error.path, error.message, at_key=error.at_key) from None
+
+    def name(self, path: KeyPath, kind: str) -> None:
+        if not _NAME.match(path[-1]):  # type: ignore[arg-type]
+            raise self.fail(path, f"invalid {kind} name '{path[-1]}': use letters, digits, '_' "
+                                  "and '-', starting with a letter or '_'", at_key=True)
+
+    def build(self) -> Topology:
+        top = self.mapping((), TOP_KEYS)
+        name = self.typed(("name",), str, self.default_name)
+        settings = dict(self.mapping(("settings",))) if top.get("settings") is not None else {}
+        run = RunSettings()
+        if top.get("run") is not None:
+            run = self.dataclass(("run",), RunSettings, None, noun="run setting", owner="")
+        processes = self.processes()
+        return Topology(
+            name=name,
+            path=self.doc.file,
+            processes=processes,
+            connections=self.connections(),
+            settings=settings,
+            run=run,
+            document=self.doc.data,
+        )
+
+    def dataclass(self, path: KeyPath, cls: type, actor: str | None, *, noun: str,
+                  owner: str) -> Any:
+        given = self.doc.get(path)
+        if given is None:
+            given = {}
+        elif not isinstance(given, dict):
+            raise self.fail(path, f"expected a mapping, got {describe_value(given)}")
+        fallback = self.doc.get(("settings",)) if actor else None
+        try:
+            return build_dataclass(cls, given, fallback, noun=noun, owner=owner)
+        except ParamError as error:
+            message, base, at_key = error.message, path, error.at_key
+            if error.source == "missing" and not _has(self.doc, path):
+                base, at_key = path[:-1], True  # no 'params:' written: point at the actor's name
+            elif error.source == "fallback":
+                base = ("settings",)
+                message += f" (parameter '{error.path[0]}' of actor '{actor}')"
+            raise self.fail((*base, *error.path), message, at_key=at_key) from None
+        except TypeError as error:  # unresolvable annotations in the class
+            raise self.fail(path, str(error)) from None
+
+    def processes(self) -> tuple[ProcessSpec, ...]:
+        procs = self.mapping(("processes",)) if _has(self.doc, ("processes",)) else {}
+        if not procs:
+            raise self.fail(("processes",), "a topology needs at least one process")
+        specs = []
+        owner_of: dict[str, str] = {}
+        for pname in procs:
+            path: KeyPath = ("processes", pname)
+            self.name(path, "process")
+            self.mapping(path, PROCESS_KEYS, required=("actors",))
+            replicas = self.typed((*path, "replicas"), int, 1)
+            if replicas < 1:
+                raise self.fail((*path, "replicas"), f"expected an int >= 1, got {replicas}")
+            restart = self.typed((*path, "restart"), RestartPolicy, "on-failure")
+            affinity = self.typed((*path, "cpu_affinity"), tuple[int, ...] | None)
+            if affinity and min(affinity) < 0:
+                raise self.fail((*path, "cpu_affinity"), "CPU ids must be >= 0")
+            nice = self.typed((*path, "nice"), int, 0)
+            if not -20 <= nice <= 19:
+                raise self.fail((*path, "nice"), f"expected an int in -20..19, got {nice}")
+            actors = self.mapping((*path, "actors"))
+            if not actors:
+                raise self.fail((*path, "actors"), f"process '{pname}' has no actors")
+            specs_a = []
+            for aname in actors:
+                apath: KeyPath = (*path, "actors", aname)
+                if aname in owner_of:
+                    raise self.fail(apath, f"duplicate actor name '{aname}' (also in process "
+                                           f"'{owner_of[aname]}')", at_key=True)
+                owner_of[aname] = pname
+                specs_a.append(self.actor(apath))
+            specs.append(ProcessSpec(
+                name=pname, actors=tuple(specs_a), replicas=replicas,
+                restart=restart, cpu_affinity=affinity, nice=nice,
+                location=_location(self.doc.where(path, at_key=True))))
+        return tuple(specs)
+
+    def actor(self, path: KeyPath) -> ActorSpec:
+        name = str(path[-1])
+        self.name(path, "actor")
+        self.mapping(path, ACTOR_KEYS, required=("class",))
+        class_path = self.typed((*path, "class"), str)
+        try:
+            cls = import_actor_class(class_path)
+            self.members[cls] = (cls.signal_types(), cls.slot_types())  # type: ignore[attr-defined]
+        except TopologyError as error:
+            raise self.fail((*path, "class"), error.message) from None
+        except TypeError as error:  # a badly declared signal or slot in the class
+            raise self.fail((*path, "class"), f"'{class_path}': {error}") from None
+        self.actor_classes[name] = cls
+        params_cls = getattr(cls, "Params", None)
+        if not (isinstance(params_cls, type) and dataclasses.is_dataclass(params_cls)):
+            raise self.fail((*path, "class"), f"'{class_path}': Params must be a dataclass")
+        params = self.dataclass((*path, "params"), params_cls, name, noun="parameter",
+                                owner=class_path)
+        return ActorSpec(name=name, class_path=class_path, params=params,
+                         location=_location(self.doc.where(path, at_key=True)))
+
+    def connections(self) -> tuple[ConnectionSpec, ...]:
+        items = self.doc.get(("connections",)) or []
+        if not isinstance(items, list):
+            raise self.fail(("connections",), "expected a list of connections, got "
+                                              f"{describe_value(items)}")
+        specs: list[ConnectionSpec] = []
+        seen: dict[tuple[str, str, str, str], int] = {}
+        for i in range(len(items)):
+            path: KeyPath = ("connections", i)
+            self.mapping(path, CONNECTION_KEYS, required=("from", "to"))
+            source, signal = self.endpoint((*path, "from"), "signal")
+            target, slot = self.endpoint((*path, "to"), "slot")
+            carried = self.members[self.actor_classes[source]][0][signal]
+            expected = self.members[self.actor_classes[target]][1][slot]
+            if carried is not expected:
+                shown, wanted = _type_names(carried, expected)
+                raise self.fail((*path, "to"), f"signal '{signal}' of actor '{source}' carries "
+                                               f"{shown} but slot '{slot}' of actor '{target}' "
+                                               f"expects {wanted}")
+            link = (source, signal, target, slot)
+            if link in seen:
+                raise self.fail(path, f"duplicate connection (same as connections[{seen[link]}])")
+            seen[link] = i
+            specs.append(ConnectionSpec(
+                source=source, signal=signal, target=target, slot=slot,
+                mode=self.typed((*path, "mode"), DeliveryMode, "broadcast"),
+                location=_location(self.doc.where(path))))
+        return tuple(specs)
+
+    def endpoint(self, path: KeyPath, kind: str) -> tuple[str, str]:
+        text = self.typed(path, str)
+        actor, dot, member = text.partition(".")
+        if not (dot and actor and member) or "." in member:
+            raise self.fail(path, f"expected 'actor.{kind}', got '{text}'")
+        if actor not in self.actor_classes:
+            raise self.fail(path, f"unknown actor '{actor}'{suggest(actor, self.actor_classes)}")
+        signals, slots = self.members[self.actor_classes[actor]]
+        names = signals if kind == "signal" else slots
+        if member not in names:
+            raise self.fail(path, f"unknown {kind} '{member}' of actor '{actor}'"
+                                  f"{suggest(member, list(names))}")
+        return actor, member
+
+
+def _has(doc: Document, path: KeyPath) -> bool:
+    return doc.get(path, _MISSING) is not _MISSING
+
+
+_MISSING = object()
+
+
+def _type_names(a: type, b: type) -> tuple[str, str]:
+    """Bare class names, qualified by module when two different classes share a name."""
+    if a.__qualname__ == b.__qualname__:
+        return f"{a.__module__}.{a.__qualname__}", f"{b.__module__}.{b.__qualname__}"
+    return a.__qualname__, b.__qualname__

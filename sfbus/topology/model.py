@@ -1,0 +1,87 @@
+"""Typed, frozen objects a topology file compiles into; every process of a run reads the same ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+RestartPolicy = Literal["always", "on-failure", "never"]
+DeliveryMode = Literal["broadcast", "any"]
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a value came from in a topology file, for error messages."""
+
+    file: str
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
+class ActorSpec:
+    """One actor of a process: its name, class import path and validated parameters.
+
+    ``params`` is an instance of the actor class's ``Params`` dataclass.
+    """
+
+    name: str
+    class_path: str
+    params: Any
+    location: Location | None = None
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One topology process; ``replicas`` copies of it run as separate OS processes."""
+
+    name: str
+    actors: tuple[ActorSpec, ...]
+    replicas: int = 1
+    restart: RestartPolicy = "on-failure"
+    cpu_affinity: tuple[int, ...] | None = None
+    nice: int = 0
+    location: Location | None = None
+
+
+@dataclass(frozen=True)
+class ConnectionSpec:
+    """A signal of one actor wired to a slot of another.
+
+    ``broadcast`` delivers to every replica of the target; ``any`` to one replica chosen by the
+    sender (round-robin, or by the emit's ``key``).
+    """
+
+    source: str
+    signal: str
+    target: str
+    slot: str
+    mode: DeliveryMode = "broadcast"
+    location: Location | None = None
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Supervision settings of a run (the topology's ``run:`` section)."""
+
+    heartbeat_interval_s: float = 1.0
+    heartbeat_timeout_s: float = 30.0
+    start_timeout_s: float = 60.0
+    stop_timeout_s: float = 10.0
+    max_restarts: int = 3
+    restart_window_s: float = 60.0
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A whole validated topology: processes, connections, shared settings and run settings."""
+
+    name: str
+    path: str
+    processes: tuple[ProcessSpec, ...]
+    connections: tuple[ConnectionSpec, ...]
+    settings: dict[str, Any] = field(default_factory=dict)
+    run: RunSettings = field(default_factory=RunSettings)
+    document: dict[str, Any] = field(default_factory=dict)

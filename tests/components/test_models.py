@@ -1,0 +1,185 @@
+"""ActorCritic shapes, RNN reset semantics, action distributions and gradient flow."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.distributions import Categorical, Normal
+
+from components.models import ActionDistribution, ActorCritic, ModelConfig
+
+IMAGE = ((3, 72, 128), "uint8")
+HEADS = (3, 3, 2, 2, 2, 8, 21)  # Table A.4
+
+
+def make_model(arch: str, core: str, gaussian: bool = False) -> tuple[ActorCritic, dict]:
+    """A small model (narrow core) for architecture `arch`: simplified / full / mlp."""
+    if arch == "mlp":
+        spec = {"obs": ((6,), "float32")}
+    elif arch == "full":
+        spec = {"obs": IMAGE, "measurements": ((5,), "float32")}
+    else:
+        spec = {"obs": IMAGE}
+    cfg = ModelConfig(
+        architecture="full" if arch == "full" else "simplified",
+        core=core,
+        hidden=64,
+        core_size=16,
+        measurements_hidden=(8,),
+        mlp_layers=(16, 16),
+    )
+    heads, dim = (None, 2) if gaussian else (HEADS, None)
+    return ActorCritic(spec, heads, dim, cfg), spec
+
+
+def random_obs(spec: dict, *lead: int) -> dict[str, torch.Tensor]:
+    """Random observations with leading dims `lead`."""
+    obs = {}
+    for key, (shape, dtype) in spec.items():
+        if dtype == "uint8":
+            obs[key] = torch.randint(0, 256, (*lead, *shape), dtype=torch.uint8)
+        else:
+            obs[key] = torch.randn(*lead, *shape)
+    return obs
+
+
+@pytest.mark.parametrize("core", ["gru", "lstm", "none"])
+@pytest.mark.parametrize("arch", ["simplified", "full", "mlp"])
+def test_output_shapes(arch, core):
+    torch.manual_seed(0)
+    model, spec = make_model(arch, core)
+    state_size = {"gru": 16, "lstm": 32, "none": 0}[core]
+    assert model.state_size == state_size
+    out = model.forward_step(random_obs(spec, 4), model.initial_state(4))
+    assert out.actions.shape == (4, len(HEADS)) and out.actions.dtype == torch.int64
+    assert out.log_prob.shape == (4,) and out.value.shape == (4,)
+    assert out.rnn_state.shape == (4, state_size)
+    assert out.action_logits.shape == (4, sum(HEADS))
+    assert all((out.actions[:, i] < n).all() for i, n in enumerate(HEADS))
+    dist, values = model.forward_sequence(
+        random_obs(spec, 2, 5), model.initial_state(2), torch.zeros(2, 5)
+    )
+    assert values.shape == (2, 5)
+    assert dist.log_prob(torch.zeros(2, 5, len(HEADS), dtype=torch.long)).shape == (2, 5)
+    assert dist.entropy().shape == (2, 5)
+
+
+def test_gaussian_shapes_and_mode():
+    model, spec = make_model("mlp", "gru", gaussian=True)
+    obs, state = random_obs(spec, 3), model.initial_state(3)
+    out = model.forward_step(obs, state)
+    assert out.actions.shape == (3, 2) and out.actions.dtype == torch.float32
+    det = model.forward_step(obs, state, deterministic=True)
+    torch.testing.assert_close(det.actions, det.action_logits)  # the mode is the mean
+
+
+def test_full_architecture_uses_measurements():
+    torch.manual_seed(0)
+    model, spec = make_model("full", "none")
+    obs = random_obs(spec, 2)
+    a = model.forward_step(obs, model.initial_state(2)).value
+    obs["measurements"] = obs["measurements"] + 1.0
+    b = model.forward_step(obs, model.initial_state(2)).value
+    assert not torch.allclose(a, b)
+
+
+def test_uint8_images_are_scaled_inside_the_model():
+    torch.manual_seed(0)
+    model, spec = make_model("simplified", "none")
+    image = random_obs(spec, 2)["obs"]
+    features = model.encoder({"obs": image})
+    torch.testing.assert_close(features, model.encoder.main(image.float() / 255.0))
+
+
+@pytest.mark.parametrize("core", ["gru", "lstm"])
+def test_sequence_resets_like_step_by_step(core):
+    torch.manual_seed(0)
+    model, spec = make_model("mlp", core)
+    batch, steps = 3, 7
+    obs = random_obs(spec, batch, steps)
+    start = torch.randn(batch, model.state_size)
+    dones = torch.zeros(batch, steps)
+    dones[0, 2] = 1.0  # trajectories end at different steps, one never, one twice
+    dones[1, 0] = dones[1, 4] = 1.0
+    dones[:, -1] = 1.0  # the last column must not matter
+    actions = torch.stack([torch.randint(0, n, (batch, steps)) for n in HEADS], dim=-1)
+
+    dist, values = model.forward_sequence(obs, start, dones)
+
+    state = start
+    for t in range(steps):
+        out = model.forward_step({k: v[:, t] for k, v in obs.items()}, state)
+        torch.testing.assert_close(values[:, t], out.value, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(dist.params[:, t], out.action_logits, rtol=1e-5, atol=1e-5)
+        step_dist = ActionDistribution(logits=out.action_logits, action_heads=HEADS)
+        torch.testing.assert_close(
+            dist.log_prob(actions)[:, t], step_dist.log_prob(actions[:, t]), rtol=1e-5, atol=1e-5
+        )
+        # the rollout worker's rule: a new episode starts from a zero state
+        state = out.rnn_state * (1.0 - dones[:, t : t + 1])
+
+    # without the resets the outputs differ, so the comparison above is not vacuous
+    _, values_no_reset = model.forward_sequence(obs, start, torch.zeros(batch, steps))
+    assert not torch.allclose(values_no_reset, values)
+
+
+def test_multi_head_log_prob_and_entropy_are_sums_over_heads():
+    torch.manual_seed(0)
+    logits = torch.randn(4, 5, sum(HEADS))
+    dist = ActionDistribution(logits=logits, action_heads=HEADS)
+    actions = dist.sample()
+    assert actions.shape == (4, 5, len(HEADS))
+    heads = [Categorical(logits=h) for h in logits.split(list(HEADS), dim=-1)]
+    log_prob = sum(h.log_prob(actions[..., i]) for i, h in enumerate(heads))
+    entropy = sum(h.entropy() for h in heads)
+    torch.testing.assert_close(dist.log_prob(actions), log_prob)
+    torch.testing.assert_close(dist.entropy(), entropy)
+    torch.testing.assert_close(dist[:, 1:3].log_prob(actions[:, 1:3]), log_prob[:, 1:3])
+    kl = sum(
+        torch.distributions.kl_divergence(h, Categorical(logits=h.logits.flip(-1))) for h in heads
+    )
+    flipped = torch.cat([h.flip(-1) for h in logits.split(list(HEADS), dim=-1)], dim=-1)
+    other = ActionDistribution(logits=flipped, action_heads=HEADS)
+    torch.testing.assert_close(dist.kl(other), kl)
+
+
+def test_gaussian_log_prob_entropy_match_torch():
+    mean, log_std = torch.randn(4, 3), torch.randn(3)
+    dist = ActionDistribution(mean=mean, log_std=log_std)
+    ref = Normal(mean, log_std.exp())
+    actions = dist.sample()
+    torch.testing.assert_close(dist.log_prob(actions), ref.log_prob(actions).sum(-1))
+    torch.testing.assert_close(dist.entropy(), ref.entropy().sum(-1))
+    torch.testing.assert_close(dist.mode(), mean)
+
+
+def test_deterministic_mode_is_argmax_per_head():
+    torch.manual_seed(0)
+    model, spec = make_model("mlp", "gru")
+    obs, state = random_obs(spec, 5), model.initial_state(5)
+    a = model.forward_step(obs, state, deterministic=True)
+    b = model.forward_step(obs, state, deterministic=True)
+    torch.testing.assert_close(a.actions, b.actions)
+    expected = torch.stack([h.argmax(-1) for h in a.action_logits.split(list(HEADS), -1)], -1)
+    torch.testing.assert_close(a.actions, expected)
+
+
+@pytest.mark.parametrize("core", ["gru", "lstm"])
+@pytest.mark.parametrize("gaussian", [False, True])
+def test_gradient_reaches_every_parameter(core, gaussian):
+    torch.manual_seed(0)
+    model, spec = make_model("full", core, gaussian=gaussian)
+    obs = random_obs(spec, 2, 3)
+    dist, values = model.forward_sequence(obs, model.initial_state(2), torch.zeros(2, 3))
+    actions = dist.sample()
+    loss = values.sum() + dist.log_prob(actions).sum() + dist.entropy().sum()
+    loss.backward()
+    for name, param in model.named_parameters():
+        assert param.grad is not None and param.grad.abs().sum() > 0, name
+
+
+def test_exactly_one_action_space():
+    with pytest.raises(ValueError):
+        ActorCritic({"obs": ((4,), "float32")}, (2,), 3, ModelConfig())
+    with pytest.raises(ValueError):
+        ActorCritic({"obs": ((4,), "float32")}, None, None, ModelConfig())

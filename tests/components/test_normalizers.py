@@ -1,0 +1,75 @@
+"""Running mean/std normalizers: exact statistics, clipping and state_dict round trips."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from components.algo import ObsNormalizer, ReturnsNormalizer, RunningMeanStd
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 20), min_size=1, max_size=6),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_running_stats_equal_numpy_over_concatenated_batches(sizes, seed):
+    rng = np.random.default_rng(seed)
+    batches = [rng.normal(loc=3.0, scale=5.0, size=(n, 2, 3)) for n in sizes]
+    rms = RunningMeanStd((3,))
+    for batch in batches:
+        rms.update(torch.from_numpy(batch).float())
+    data = np.concatenate([b.astype(np.float32).astype(np.float64) for b in batches]).reshape(-1, 3)
+    np.testing.assert_allclose(rms.mean.numpy(), data.mean(0), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(rms.var.numpy(), data.var(0), rtol=1e-9, atol=1e-9)
+    assert rms.count.item() == data.shape[0]
+
+
+def test_normalize_clips_and_denormalize_inverts():
+    rms = RunningMeanStd((), clip=2.0)
+    rms.update(torch.tensor([0.0, 2.0, 4.0, 6.0]))  # mean 3, var 5
+    x = torch.tensor([3.0, 3.0 + 5**0.5, 100.0, -100.0])
+    torch.testing.assert_close(rms.normalize(x), torch.tensor([0.0, 1.0, 2.0, -2.0]))
+    torch.testing.assert_close(rms.denormalize(rms.normalize(x[:2])), x[:2])
+    assert rms.mean.dtype == torch.float64
+
+
+def test_state_dict_round_trip():
+    rms = ReturnsNormalizer()
+    rms.update(torch.randn(50) * 7 + 2)
+    copy = ReturnsNormalizer()
+    copy.load_state_dict(rms.state_dict())
+    assert set(rms.state_dict()) == {"mean", "var", "count"}
+    for key, value in rms.state_dict().items():
+        assert torch.equal(copy.state_dict()[key], value)
+    x = torch.randn(10)
+    torch.testing.assert_close(copy.normalize(x), rms.normalize(x))
+
+
+def test_obs_normalizer_leaves_images_and_updates_only_in_training():
+    spec = {"obs": ((3, 4, 4), "uint8"), "measurements": ((2,), "float32")}
+    norm = ObsNormalizer(spec)
+    image = torch.randint(0, 256, (5, 3, 4, 4), dtype=torch.uint8)
+    measurements = torch.randn(5, 2) * 10 + 4
+    out = norm({"obs": image, "measurements": measurements})
+    assert out["obs"] is image
+    mean, std = measurements.double().mean(0), measurements.double().std(0, unbiased=False)
+    torch.testing.assert_close(
+        out["measurements"].double(), (measurements - mean) / std, rtol=1e-4, atol=1e-4
+    )
+    norm.eval()
+    norm({"obs": image, "measurements": measurements + 100})
+    assert norm.stats["measurements"].count.item() == 5
+    restored = ObsNormalizer(spec)
+    restored.load_state_dict(norm.state_dict())
+    torch.testing.assert_close(restored.stats["measurements"].mean, mean)
+
+
+@pytest.mark.parametrize("clip", [1.0, 5.0])
+def test_clip_is_configurable(clip):
+    rms = RunningMeanStd((), clip=clip)
+    rms.update(torch.tensor([0.0, 1.0]))
+    assert rms.normalize(torch.tensor([1e6])).item() == pytest.approx(clip)

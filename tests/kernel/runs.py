@@ -1,0 +1,48 @@
+"""Helpers for tests that start real runs with ``python -m sfbus run``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def start_run(topology: str | Path, run_dir: Path, *args: str) -> subprocess.Popen[str]:
+    """Start ``sfbus run`` in the background, its output captured."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "sfbus", "run", str(topology), "--run-dir", str(run_dir), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def processes_of(run_dir: Path) -> dict[str, int]:
+    """The run's child processes still alive: process name to pid (read from /proc)."""
+    found = {}
+    needle = str(run_dir.resolve())
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path("/proc", entry, "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        args = [a.decode(errors="replace") for a in argv]
+        if "sfbus.child" in args and needle in args:
+            found[args[args.index("sfbus.child") + 2]] = int(entry)
+    return found
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    """Poll ``condition`` until true; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def segments_of(launcher_pid: int) -> list[str]:
+    """Shared-memory segments created by the launcher with this pid."""
+    return [n for n in os.listdir("/dev/shm") if n.startswith(f"sfbus-{launcher_pid}-")]
