@@ -16,6 +16,8 @@ from sfbus.metrics import ActorMetrics
 
 if TYPE_CHECKING:
     from sfbus.context import ActorContext
+    from sfbus.shm import ArraySpec
+    from sfbus.topology.model import Topology
 
 _SLOT_MARK = "__sfbus_slot__"
 _FAILURE_LOG_INTERVAL_S = 60.0
@@ -145,8 +147,13 @@ class Actor:
         return slots
 
     @classmethod
-    def shared_arrays(cls, name: str, params: Any) -> list[Any]:
-        """Shared-memory arrays (``sfbus.shm.ArraySpec``) the launcher creates for this actor."""
+    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+        """Shared-memory arrays the launcher creates for actor instance ``name`` before start.
+
+        Runs in the launcher, once per instance; ``topology`` lets an actor size its buffers by
+        the rest of the run (replica counts, other actors' parameters). Names must be unique in
+        the run, so prefix them with ``name``.
+        """
         return []
 
     # ----- services for subclasses ---------------------------------------------------------

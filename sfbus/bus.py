@@ -66,6 +66,9 @@ class _Peer:
         self.bus = bus
         self.sock = bus.zmq_context.socket(zmq.PUSH)
         self.sock.setsockopt(zmq.LINGER, 0)
+        # A peer that is not bound yet (starting, restarting) is retried every 100 ms by
+        # default; 10 ms keeps the first frames after a (re)start from waiting that long.
+        self.sock.setsockopt(zmq.RECONNECT_IVL, 10)
         self.sock.connect(address)
         self.outbox: list[tuple[int, Message]] = []
         self.pending: deque[bytes] = deque()
@@ -209,22 +212,39 @@ class Bus:
         return lambda payload: append(edge_id, payload)
 
     async def serve(self) -> None:
-        """Receive frames until cancelled; malformed input is counted and logged, never raised."""
+        """Receive frames until cancelled; malformed input is counted and logged, never raised.
+
+        A ZeroMQ socket's file descriptor is edge-triggered: it signals once when messages
+        arrive, and only re-arms after a receive came back empty. So the reader callback drains
+        with non-blocking receives until ``zmq.Again`` (yielding to the loop every
+        ``_MAX_DRAIN`` frames so a flood cannot starve timers), then checks ``EVENTS`` once more.
+        """
         if self._receiver is None:
             await asyncio.Event().wait()
             return
+        fd = self._receiver.getsockopt(zmq.FD)
+        self.loop.add_reader(fd, self._drain)
+        try:
+            self._drain()
+            await asyncio.Event().wait()
+        finally:
+            self.loop.remove_reader(fd)
+
+    def _drain(self) -> None:
         receiver = self._receiver
-        poller = zmq.asyncio.Socket.from_socket(receiver)
-        while True:
-            await poller.poll(flags=zmq.POLLIN)
-            for _ in range(_MAX_DRAIN):
-                try:
-                    frame = receiver.recv(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                self.dispatch(frame)
-            else:
-                await asyncio.sleep(0)
+        if receiver is None:
+            return
+        for _ in range(_MAX_DRAIN):
+            try:
+                frame = receiver.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            self.dispatch(frame)
+        else:
+            self.loop.call_soon(self._drain)
+            return
+        if receiver.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self.loop.call_soon(self._drain)
 
     def dispatch(self, frame: bytes) -> None:
         """Decode one data frame and deliver its payloads; bad parts are dropped and counted."""

@@ -49,9 +49,15 @@ async def _main(run_dir: Path, process: str) -> None:
     manifest = read_manifest(run_dir)
     topology = load_topology(str(run_dir / manifest.topology_file))
     table = RoutingTable(topology)
-    spec = table.processes[process].spec
+    instance = table.processes[process]
+    spec = instance.spec
     if spec.cpu_affinity:
-        os.sched_setaffinity(0, spec.cpu_affinity)
+        # Replicas are spread one core each (the paper pins every rollout worker to its core);
+        # a single process may use every listed core.
+        cores = spec.cpu_affinity
+        if spec.replicas > 1:
+            cores = (cores[instance.replica % len(cores)],)
+        os.sched_setaffinity(0, [c % os.cpu_count() for c in cores])
     if spec.nice:
         os.nice(spec.nice)
     host = ProcessHost(

@@ -35,7 +35,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sfbus.supervisor import RunOptions, Supervisor
 
     topology = _load(args)
-    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(topology.name)
+    if args.resume:
+        run_dir = Path(args.resume)
+        if not (run_dir / "run.json").is_file():
+            raise TopologyError(f"--resume {run_dir}: not a run directory (no run.json)",
+                                file=args.topology)
+    else:
+        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(topology.name)
     options = RunOptions(run_dir=run_dir, max_seconds=args.max_seconds,
                          max_frames=args.max_frames, metrics_port=args.metrics_port)
     if args.serial:
@@ -83,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a topology", description=cmd_run.__doc__)
     _topology_args(run)
     run.add_argument("--run-dir", help="run directory (default: runs/<topology>-<time>)")
+    run.add_argument("--resume", metavar="RUN_DIR",
+                     help="continue the run in RUN_DIR (actors restore their checkpoints)")
     run.add_argument("--metrics-port", type=int, default=None,
                      help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)")
     run.add_argument("--max-seconds", type=float, default=None, help="stop after S seconds")

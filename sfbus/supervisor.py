@@ -169,7 +169,7 @@ class Supervisor:
         snapshot.write_text(yaml.safe_dump(self.document, sort_keys=False))
         specs = []
         for actor in self.table.actors.values():
-            specs.extend(actor.cls.shared_arrays(actor.name, actor.spec.params))
+            specs.extend(actor.cls.shared_arrays(actor.name, actor.spec.params, self.topology))
         entries = tuple(ArrayEntry(s.name, tuple(s.shape), s.dtype) for s in specs)
         write_manifest(self.run_dir, Manifest(self.run_id, str(self.sock_dir), snapshot.name,
                                               entries))

@@ -14,7 +14,7 @@ File format::
       producer:             # process name
         replicas: 1         # int >= 1
         restart: on-failure # always | on-failure | never
-        cpu_affinity: [0]   # optional list of CPU ids
+        cpu_affinity: [0, 1] # optional CPU ids; with replicas, replica i gets core ids[i % n]
         nice: 0             # -20 .. 19
         actors:
           producer:         # actor name, unique across the whole topology

@@ -1,0 +1,182 @@
+"""Shared-memory layouts of the data path: trajectory buffers and published policy weights.
+
+Every rollout worker owns one trajectory buffer, ``<worker>.traj.<field>``, each field shaped
+``[slots, T+1, ...]``: step ``t`` holds the observation and RNN state the action at ``t`` was
+computed from, that action, its log-probability and value, the reward and done that followed, and
+the policy id and version that acted. Step ``T`` holds the observation (and state) after the last
+action, for bootstrapping; it is also copied into step 0 of the worker's next slot.
+
+A policy's weights live in ``policy.<id>.weights`` (one flat float32 vector of the model's and the
+observation normalizer's state) behind a seqlock counter ``policy.<id>.version``: the learner
+makes it odd while writing, even when done; a reader retries if it saw an odd value or the value
+changed under it. The published version number is ``counter // 2``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from components.config import DataPathParams
+from components.envs import EnvSpec, env_spec
+from sfbus import ArraySpec, SlotPool
+from sfbus.context import ActorContext
+from sfbus.routing import instance_name
+from sfbus.topology import Topology
+
+STEP_FIELDS = ("rnn", "actions", "log_probs", "values", "rewards", "dones", "versions",
+               "policies")
+
+
+@dataclass(frozen=True)
+class TrajectoryLayout:
+    """Shapes of one rollout worker's trajectory buffer and request table."""
+
+    spec: EnvSpec
+    rollout: int
+    state_size: int
+    slots: int
+    splits: int
+    rows_per_split: int
+
+    def field_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Field name to (shape, dtype); observation fields are named ``obs.<key>``."""
+        steps = (self.slots, self.rollout + 1)
+        fields = {f"obs.{k}": ((*steps, *f.shape), f.dtype)
+                  for k, f in self.spec.observation_space.items()}
+        fields.update({
+            # A zero-width state would be an empty segment; keep one unused column instead.
+            "rnn": ((*steps, max(self.state_size, 1)), "float32"),
+            "actions": ((*steps, *self.spec.action_shape), self.spec.action_dtype),
+            "log_probs": (steps, "float32"),
+            "values": (steps, "float32"),
+            "rewards": (steps, "float32"),
+            "dones": (steps, "uint8"),
+            "versions": (steps, "int64"),
+            "policies": (steps, "int64"),
+        })
+        return fields
+
+    def array_specs(self, worker: str) -> list[ArraySpec]:
+        """Every shared array of worker ``worker``: buffer fields, request table, slot pool."""
+        specs = [ArraySpec(f"{worker}.traj.{name}", shape, dtype)
+                 for name, (shape, dtype) in self.field_shapes().items()]
+        specs.append(ArraySpec(f"{worker}.requests", (self.splits, self.rows_per_split, 2),
+                               "int64"))
+        specs.extend(SlotPool.array_specs(f"{worker}.pool", self.slots))
+        return specs
+
+
+def rollout_workers(topology: Topology, actor: str) -> list[str]:
+    """Instance names of the rollout-worker actor ``actor``, in worker-index order."""
+    for process in topology.processes:
+        for spec in process.actors:
+            if spec.name == actor:
+                return [instance_name(actor, r, process.replicas) for r in range(process.replicas)]
+    raise ValueError(f"the topology has no rollout actor {actor!r} (settings.rollout_actor)")
+
+
+def trajectory_layout(params: DataPathParams, topology: Topology) -> TrajectoryLayout:
+    """The layout every worker's buffer has in this run, with its slot count.
+
+    Async: one slot per agent being filled, plus enough spare slots for
+    ``num_batches_to_accumulate`` batches spread over the workers; when they run out, collection
+    pauses (the back-pressure). Sync: exactly the slots one batch takes from this worker, released
+    only after training, so collection stops while the learner trains.
+    """
+    spec = env_spec(params.env, **params.env_kwargs)
+    workers = len(rollout_workers(topology, params.rollout_actor))
+    agents = params.num_envs * spec.num_agents
+    per_batch = params.trajectories_per_batch
+    if params.mode == "sync":
+        if per_batch % (workers * agents):
+            raise ValueError(
+                f"sync mode: batch_size {params.batch_size} must be a multiple of rollout x "
+                f"agents = {params.rollout} x {workers * agents} (every agent of every worker "
+                f"contributes the same number of trajectories)")
+        slots = per_batch // workers
+    else:
+        slots = agents + math.ceil(params.num_batches_to_accumulate * per_batch / workers)
+    return TrajectoryLayout(spec, params.rollout, params.state_size, slots, params.num_splits,
+                            agents // params.num_splits)
+
+
+class TrajectoryBuffer:
+    """A rollout worker's trajectory buffer, attached in any process: numpy and torch views."""
+
+    def __init__(self, context: ActorContext, worker: str, layout: TrajectoryLayout) -> None:
+        self.worker = worker
+        self.layout = layout
+        self.numpy: dict[str, np.ndarray] = {}
+        self.torch: dict[str, torch.Tensor] = {}
+        for name in layout.field_shapes():
+            array = context.shared(f"{worker}.traj.{name}")
+            self.numpy[name] = array.numpy
+            self.torch[name] = array.torch
+        self.obs_keys = tuple(layout.spec.observation_space)
+        requests = context.shared(f"{worker}.requests")
+        self.requests = requests.numpy
+        self.requests_torch = requests.torch
+
+    def obs_numpy(self) -> dict[str, np.ndarray]:
+        """Observation fields by key (without the ``obs.`` prefix), numpy views."""
+        return {k: self.numpy[f"obs.{k}"] for k in self.obs_keys}
+
+    def obs_torch(self) -> dict[str, torch.Tensor]:
+        """Observation fields by key, torch views over the same bytes."""
+        return {k: self.torch[f"obs.{k}"] for k in self.obs_keys}
+
+
+def policy_array_specs(policy: int, num_params: int) -> list[ArraySpec]:
+    """The shared arrays that publish the weights of ``policy``."""
+    return [ArraySpec(f"policy.{policy}.weights", (num_params,), "float32"),
+            ArraySpec(f"policy.{policy}.version", (1,), "int64")]
+
+
+def flat_size(tensors: Iterable[torch.Tensor]) -> int:
+    """Number of float elements in ``tensors`` (the weights vector's length)."""
+    return sum(t.numel() for t in tensors)
+
+
+class PolicyWeights:
+    """The published weights of one policy: the learner writes, inference workers read."""
+
+    def __init__(self, context: ActorContext, policy: int) -> None:
+        self.policy = policy
+        self.weights = context.shared(f"policy.{policy}.weights").torch
+        self.counter = context.shared(f"policy.{policy}.version").numpy
+
+    @property
+    def version(self) -> int:
+        """The last completely published version (0 before the first publish)."""
+        return int(self.counter[0]) // 2
+
+    def publish(self, tensors: list[torch.Tensor], version: int) -> None:
+        """Write ``tensors`` (in a fixed order) as ``version``; readers never see half of it."""
+        self.counter[0] = 2 * version - 1  # odd: writing
+        offset = 0
+        with torch.no_grad():
+            for tensor in tensors:
+                n = tensor.numel()
+                self.weights[offset:offset + n].copy_(tensor.reshape(-1))
+                offset += n
+        self.counter[0] = 2 * version
+
+    def read_into(self, tensors: list[torch.Tensor]) -> int:
+        """Copy the published weights into ``tensors``; returns the version read."""
+        while True:
+            before = int(self.counter[0])
+            if before % 2:
+                continue  # the learner is mid-write; it takes well under a millisecond
+            offset = 0
+            with torch.no_grad():
+                for tensor in tensors:
+                    n = tensor.numel()
+                    tensor.copy_(self.weights[offset:offset + n].view_as(tensor))
+                    offset += n
+            if int(self.counter[0]) == before:
+                return before // 2

@@ -1,0 +1,55 @@
+"""Parameters shared by the data-path actors (taken from a topology's ``settings`` by name)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from components.models import ModelConfig
+
+
+@dataclass(frozen=True)
+class DataPathParams:
+    """What rollout, inference and learner actors must agree on; set once in ``settings``."""
+
+    env: str = "doom_basic"
+    """Environment name (``doom_<scenario>``, ``gym:<EnvId>``, or ``module:factory``)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the environment factory (``frameskip``, ``action_space``, ...)."""
+    rollout: int = 32
+    """T: steps per trajectory, and the BPTT length (Table A.5)."""
+    num_envs: int = 16
+    """Environments per rollout worker; the paper finds 16-32 per core best for VizDoom."""
+    num_splits: int = 2
+    """Groups a worker's environments are split into; 2 is double-buffered sampling."""
+    batch_size: int = 2048
+    """Samples (agent steps) per training batch (Table A.5)."""
+    mode: Literal["async", "sync"] = "async"
+    """``async`` keeps collecting while the learner trains; ``sync`` pauses collection."""
+    num_batches_to_accumulate: int = 2
+    """Async mode: batches that may wait for the learner before collection pauses."""
+    model: ModelConfig = ModelConfig()
+    """The actor-critic network."""
+    rollout_actor: str = "rollout"
+    """Name of the rollout-worker actor in the topology (its replicas are the workers)."""
+    seed: int = 0
+    """Base seed; each worker and environment derives its own from it."""
+
+    def __post_init__(self) -> None:
+        if self.num_envs % self.num_splits:
+            raise ValueError(f"num_envs ({self.num_envs}) must be divisible by num_splits "
+                             f"({self.num_splits})")
+        if self.batch_size % self.rollout:
+            raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of rollout "
+                             f"({self.rollout})")
+
+    @property
+    def trajectories_per_batch(self) -> int:
+        """Trajectories of T steps in one training batch."""
+        return self.batch_size // self.rollout
+
+    @property
+    def state_size(self) -> int:
+        """Width of the flat RNN state (an LSTM keeps h and c)."""
+        core = self.model.core
+        return 0 if core == "none" else self.model.core_size * (2 if core == "lstm" else 1)

@@ -1,0 +1,253 @@
+"""The inference worker: batches rollout workers' requests into one forward pass of a policy.
+
+A request names rows ``(slot, t)`` of a rollout worker's trajectory buffer (its request table
+``<worker>.requests[split, :count]``). The worker gathers those rows' observations and RNN states
+straight from shared memory, runs the policy once for every request that arrived in the same loop
+iteration, writes actions, log-probabilities, values and the policy version back into the same
+rows and the new RNN state into row ``t + 1``, then signals each rollout worker. Nothing but
+indices travels on the bus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from components.buffers import (
+    PolicyWeights,
+    TrajectoryBuffer,
+    flat_size,
+    rollout_workers,
+    trajectory_layout,
+)
+from components.config import DataPathParams
+from components.messages import ActionsReady, InferenceRequest, WeightsUpdated
+from components.policy import Policy, build_policy
+from sfbus import Actor, Signal, slot
+
+# Rows per forward pass and seconds per batch: powers of two up to a big sampler's whole fleet,
+# and 0.1 ms .. 0.25 s (a CPU conv+GRU pass on a few dozen Doom frames takes milliseconds).
+_ROW_BUCKETS = tuple(float(2**i) for i in range(12))
+_LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25)
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+class _Rows:
+    """Flat views of one rollout worker's buffer, ``[slots * (T+1), ...]``, plus index scratch.
+
+    A row ``(slot, t)`` is ``slot * (T+1) + t`` in these views, so gathers and write-backs are
+    single ``index_select`` / ``index_copy_`` calls instead of two-axis fancy indexing.
+    """
+
+    def __init__(self, buffer: TrajectoryBuffer) -> None:
+        layout = buffer.layout
+        self.steps = layout.rollout + 1
+        self.requests = buffer.requests_torch
+        self.requests_np = buffer.requests
+        t = buffer.torch
+        n = buffer.numpy
+        self.obs = {k: t[f"obs.{k}"].flatten(0, 1) for k in buffer.obs_keys}
+        self.rnn = t["rnn"].flatten(0, 1)
+        self.actions = t["actions"].flatten(0, 1)
+        self.log_probs = t["log_probs"].flatten(0, 1)
+        self.values = t["values"].flatten(0, 1)
+        self.versions = t["versions"].flatten(0, 1)
+        self.np = {name: n[name].reshape(-1, *n[name].shape[2:])
+                   for name in ("rnn", "actions", "log_probs", "values", "versions")}
+        # One index buffer per split: a split has at most one request in flight (its worker waits
+        # for the actions before stepping it again), so reusing it within a batch is safe.
+        self.index = torch.empty((layout.splits, layout.rows_per_split), dtype=torch.int64)
+
+    def flat_index(self, split: int, count: int) -> Tensor:
+        """``slot * (T+1) + t`` of the request's rows, in this split's reused index buffer."""
+        table = self.requests[split, :count]
+        index = self.index[split, :count]
+        torch.mul(table[:, 0], self.steps, out=index)
+        return index.add_(table[:, 1])
+
+
+class InferenceWorker(Actor):
+    """Serves one policy's inference requests from rollout workers' shared trajectory buffers."""
+
+    component = "inference"
+
+    @dataclass(frozen=True)
+    class Params(DataPathParams):
+        """Data-path settings plus this worker's own."""
+
+        policy: int = 0
+        """The policy this worker serves; requests for another policy are a wiring error."""
+        random_actions: bool = False
+        """Skip the model: draw uniform random actions (Gaussian for a Box), to measure what the
+        sampler costs on its own (the paper's "pure sampling" throughput)."""
+        deterministic: bool = False
+        """Act with the most likely action instead of sampling (evaluation runs)."""
+        torch_threads: int = 1
+        """Intra-op threads of the forward pass. 1 on small machines: a batch is a few dozen rows,
+        too little to split well, and extra threads spin on cores the rollout workers need."""
+
+    actions_ready = Signal(ActionsReady, "actions were written for a request's rows")
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.version = 0
+        self.batches = 0
+        """Forward passes (or random draws) served so far; one per loop iteration with work."""
+        self._pending: list[InferenceRequest] = []
+        self._first_arrival = 0.0
+        self._capacity = 0
+        self._obs_batch: dict[str, Tensor] = {}
+        self._rnn_batch = torch.empty(0)
+
+    async def on_start(self) -> None:
+        """Build the policy, attach every rollout worker's buffer and the published weights."""
+        p = self.params
+        torch.set_num_threads(p.torch_threads)
+        metrics = self.metrics
+        self.m_rows = metrics.histogram("batch_rows", "rows per forward pass", _ROW_BUCKETS)
+        self.m_latency = metrics.histogram(
+            "serve_latency_seconds", "first request of a batch arriving to its actions signalled",
+            _LATENCY_BUCKETS)
+        self.m_refreshes = metrics.counter("weight_refreshes", "weights copied from the learner")
+        self.m_version = metrics.gauge("policy_version", "version of the weights in use")
+        topology = self.context.table.topology
+        layout = trajectory_layout(p, topology)
+        self.spec = layout.spec
+        self.state_size = p.state_size
+        self.rows = [_Rows(TrajectoryBuffer(self.context, name, layout))
+                     for name in rollout_workers(topology, p.rollout_actor)]
+        self.rng = np.random.default_rng([p.seed, p.policy, self.context.replica, 0x1F])
+        self.policy: Policy | None = None
+        self.weights: PolicyWeights | None = None
+        if not p.random_actions:
+            self.policy = build_policy(p).eval()
+            self.policy.requires_grad_(False)
+            self.tensors = self.policy.published_tensors()
+            if f"policy.{p.policy}.weights" in self.context.array_specs:
+                self.weights = PolicyWeights(self.context, p.policy)
+                if self.weights.weights.numel() != flat_size(self.tensors):
+                    raise ValueError(
+                        f"policy.{p.policy}.weights holds {self.weights.weights.numel()} floats "
+                        f"but this model has {flat_size(self.tensors)}: the learner and the "
+                        f"inference worker disagree on env or model settings")
+                if self.weights.version > 0:
+                    self._refresh()
+            else:
+                # No learner publishes this policy (a sampler benchmark): keep the initial weights.
+                self.log.info("no published weights for policy %d; serving initial weights",
+                              p.policy)
+        self.m_version.set(self.version)
+
+    @slot
+    def on_inference_requested(self, request: InferenceRequest) -> None:
+        """Queue a request; all requests of this loop iteration share one forward pass."""
+        if request.policy != self.params.policy:
+            raise ValueError(f"request for policy {request.policy} reached the inference worker "
+                             f"of policy {self.params.policy}")
+        if not self._pending:
+            self._first_arrival = time.perf_counter()
+            # The bus delivers a whole frame's messages synchronously, so by the time this runs
+            # every request that arrived together is pending.
+            asyncio.get_running_loop().call_soon(self._serve_guarded)
+        self._pending.append(request)
+
+    @slot
+    def on_weights_updated(self, update: WeightsUpdated) -> None:
+        """Copy new weights of our policy now rather than at the next batch."""
+        if update.policy == self.params.policy and self.weights is not None \
+                and self.weights.version > self.version:
+            self._refresh()
+
+    def _refresh(self) -> None:
+        assert self.weights is not None
+        # A seqlock read: ~11 MB for the paper's model, well under a millisecond.
+        self.version = self.weights.read_into(self.tensors)
+        self.m_refreshes.inc()
+        self.m_version.set(self.version)
+
+    def _serve_guarded(self) -> None:
+        # call_soon callbacks are not slots: contain failures the way the kernel does for slots.
+        try:
+            self._serve()
+        except Exception as error:
+            self._report_failure("serve", error)
+
+    def _serve(self) -> None:
+        requests, self._pending = self._pending, []
+        if self.weights is not None and self.weights.version > self.version:
+            self._refresh()
+        indices = [self.rows[r.worker].flat_index(r.split, r.count) for r in requests]
+        total = sum(r.count for r in requests)
+        if self.policy is None:
+            self._random(requests, indices, total)
+        else:
+            self._forward(requests, indices, total)
+        self.batches += 1
+        for r in requests:
+            self.actions_ready.emit(ActionsReady(r.worker, r.split), key=r.worker)
+        self.m_rows.observe(total)
+        self.m_latency.observe(time.perf_counter() - self._first_arrival)
+
+    def _forward(self, requests: list[InferenceRequest], indices: list[Tensor], total: int) -> None:
+        assert self.policy is not None
+        obs, rnn = self._batch(total)
+        start = 0
+        for r, index in zip(requests, indices, strict=True):
+            rows, end = self.rows[r.worker], start + r.count
+            for key, field in rows.obs.items():
+                torch.index_select(field, 0, index, out=obs[key][start:end])
+            if self.state_size:
+                torch.index_select(rows.rnn, 0, index, out=rnn[start:end])
+            start = end
+        with torch.inference_mode():
+            out = self.policy.model.forward_step(self.policy.obs_normalizer(obs), rnn,
+                                                 deterministic=self.params.deterministic)
+            actions = out.actions.reshape(total, *self.spec.action_shape)
+            start = 0
+            for r, index in zip(requests, indices, strict=True):
+                rows, end = self.rows[r.worker], start + r.count
+                rows.actions.index_copy_(0, index, actions[start:end].to(rows.actions.dtype))
+                rows.log_probs.index_copy_(0, index, out.log_prob[start:end])
+                rows.values.index_copy_(0, index, out.value[start:end])
+                rows.versions.index_fill_(0, index, self.version)
+                if self.state_size:
+                    # The state after acting at t enters step t + 1; the index buffer is ours
+                    # and no longer needed, so shift it in place.
+                    rows.rnn.index_copy_(0, index.add_(1), out.rnn_state[start:end])
+                start = end
+
+    def _random(self, requests: list[InferenceRequest], indices: list[Tensor], total: int) -> None:
+        spec = self.spec
+        if spec.is_continuous:
+            actions = self.rng.standard_normal((total, *spec.action_shape), dtype=np.float32)
+            log_probs = (-0.5 * np.square(actions) - _LOG_SQRT_2PI).reshape(total, -1).sum(1)
+        else:
+            heads = np.asarray(spec.action_heads)
+            actions = self.rng.integers(0, heads, size=(total, len(heads)))
+            log_probs = np.full(total, -np.log(heads).sum())
+        start = 0
+        for r, index in zip(requests, indices, strict=True):
+            rows, end = self.rows[r.worker].np, start + r.count
+            flat = index.numpy()
+            rows["actions"][flat] = actions[start:end]
+            rows["log_probs"][flat] = log_probs[start:end]
+            rows["values"][flat] = 0.0
+            rows["versions"][flat] = self.version
+            if self.state_size:
+                rows["rnn"][flat + 1] = 0.0  # a random policy has no state
+            start = end
+
+    def _batch(self, rows: int) -> tuple[dict[str, Tensor], Tensor]:
+        """Views of ``rows`` rows of the reused gather buffers, grown (doubling) when too small."""
+        if rows > self._capacity:
+            self._capacity = max(rows, 2 * self._capacity)
+            self._obs_batch = {k: torch.empty((self._capacity, *f.shape[1:]), dtype=f.dtype)
+                               for k, f in self.rows[0].obs.items()}
+            self._rnn_batch = torch.zeros((self._capacity, self.state_size))
+        return ({k: v[:rows] for k, v in self._obs_batch.items()}, self._rnn_batch[:rows])

@@ -1,0 +1,96 @@
+"""The payloads the RL components exchange: indices, counters and a few statistics, never tensors."""
+
+from __future__ import annotations
+
+from sfbus import Message
+
+
+class InferenceRequest(Message, frozen=True):
+    """Rollout worker ``worker`` wrote ``count`` rows of split ``split`` to its request table.
+
+    The rows' (slot, t) pairs are ``<rollout>.requests[split, :count]`` in shared memory; the
+    observations and RNN states are in the worker's trajectory buffer at those rows.
+    """
+
+    worker: int
+    split: int
+    count: int
+    policy: int
+
+
+class ActionsReady(Message, frozen=True):
+    """The inference worker wrote actions for every row of the request (worker, split)."""
+
+    worker: int
+    split: int
+
+
+class TrajectoryReady(Message, frozen=True):
+    """Slot ``slot`` of rollout worker ``worker`` holds T complete steps for ``policy``."""
+
+    worker: int
+    slot: int
+    policy: int
+
+
+class BatchReady(Message, frozen=True):
+    """A training batch: trajectory ``i`` is slot ``slots[i]`` of rollout worker ``workers[i]``."""
+
+    policy: int
+    workers: tuple[int, ...]
+    slots: tuple[int, ...]
+
+
+class SlotsReleased(Message, frozen=True):
+    """The learner copied these slots of rollout worker ``worker``; the worker may reuse them."""
+
+    worker: int
+    slots: tuple[int, ...]
+
+
+class LearnerIdle(Message, frozen=True):
+    """The learner of ``policy`` can take the next batch."""
+
+    policy: int
+
+
+class WeightsUpdated(Message, frozen=True):
+    """The learner of ``policy`` published weights ``version`` in shared memory."""
+
+    policy: int
+    version: int
+
+
+class EpisodeFinished(Message, frozen=True):
+    """An agent finished an episode under ``policy`` (the reward is the env's own, unscaled)."""
+
+    policy: int
+    episode_return: float
+    length: int
+    frames: int
+
+
+class RolloutProgress(Message, frozen=True):
+    """Env frames a rollout worker collected since its previous report."""
+
+    worker: int
+    frames: int
+
+
+class TrainingStats(Message, frozen=True):
+    """One training step of the learner of ``policy``: losses and health figures."""
+
+    policy: int
+    version: int
+    samples: int
+    env_frames: int
+    policy_loss: float
+    value_loss: float
+    entropy: float
+    kl: float
+    grad_norm: float
+    lr: float
+    lag_mean: float
+    lag_max: float
+    clip_fraction: float
+    train_seconds: float

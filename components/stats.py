@@ -1,0 +1,133 @@
+"""The runner's statistics: frame rates, episode returns, policy lag and losses, as logs and metrics.
+
+Every ``report_every_s`` it logs one line per run and appends a JSON record to
+``<run_dir>/progress.jsonl`` (what ``sfbus plot`` and the learning-speed figures read).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from components.messages import EpisodeFinished, RolloutProgress, TrainingStats
+from sfbus import Actor, slot
+from sfbus import metrics as prom
+
+# Windows for the frame rate, in seconds (the paper and Sample Factory report 10 s and 60 s).
+_FPS_WINDOWS = (10.0, 60.0)
+
+
+@dataclass
+class _PolicyStats:
+    returns: deque[float]
+    lengths: deque[int]
+    episodes: int = 0
+    last: TrainingStats | None = None
+
+
+class Stats(Actor):
+    """Collects the data path's statistics signals and reports them."""
+
+    component = "runner"
+
+    @dataclass(frozen=True)
+    class Params:
+        report_every_s: float = 5.0
+        """Seconds between reports."""
+        average_episodes: int = 100
+        """Episodes in the moving average of returns (100, as CartPole's 'solved' bar uses)."""
+
+    async def on_start(self) -> None:
+        """Start the report timer."""
+        self.started = time.monotonic()
+        self.frames = 0
+        self.history: deque[tuple[float, int]] = deque([(self.started, 0)])
+        self.policies: dict[int, _PolicyStats] = {}
+        self._frames_metric = prom.counter("sfbus_runner_env_frames_total",
+                                           "Environment frames collected", ())
+        self._fps_metric = prom.gauge("sfbus_runner_fps", "Env frames per second", ("window",))
+        self._reward_metric = prom.gauge("sfbus_runner_episode_reward",
+                                         "Mean episode return (moving average)", ("policy",))
+        self._length_metric = prom.gauge("sfbus_runner_episode_length",
+                                         "Mean episode length in env steps", ("policy",))
+        self._episodes_metric = prom.counter("sfbus_runner_episodes_total", "Finished episodes",
+                                             ("policy",))
+        self.every(self.params.report_every_s, self.report)
+
+    def _policy(self, policy: int) -> _PolicyStats:
+        stats = self.policies.get(policy)
+        if stats is None:
+            n = self.params.average_episodes
+            stats = self.policies[policy] = _PolicyStats(deque(maxlen=n), deque(maxlen=n))
+        return stats
+
+    @slot
+    def on_episode_finished(self, msg: EpisodeFinished) -> None:
+        """Record one finished episode."""
+        stats = self._policy(msg.policy)
+        stats.returns.append(msg.episode_return)
+        stats.lengths.append(msg.length)
+        stats.episodes += 1
+        self._episodes_metric.labels(str(msg.policy)).inc()
+
+    @slot
+    def on_rollout_progress(self, msg: RolloutProgress) -> None:
+        """Count frames collected by a rollout worker."""
+        self.frames += msg.frames
+        self._frames_metric.inc(msg.frames)
+
+    @slot
+    def on_training_stats(self, msg: TrainingStats) -> None:
+        """Keep the learner's latest figures."""
+        self._policy(msg.policy).last = msg
+
+    def fps(self, window: float) -> float:
+        """Env frames per second over the last ``window`` seconds (or since start)."""
+        now_t, now_frames = self.history[-1]
+        for then_t, then_frames in self.history:
+            if now_t - then_t <= window:
+                break
+        return (now_frames - then_frames) / max(now_t - then_t, 1e-9)
+
+    def report(self) -> None:
+        """Log one status line and append a progress record."""
+        now = time.monotonic()
+        self.history.append((now, self.frames))
+        while now - self.history[0][0] > max(_FPS_WINDOWS) + self.params.report_every_s:
+            self.history.popleft()
+        rates = {f"{w:g}s": self.fps(w) for w in _FPS_WINDOWS}
+        for window, rate in rates.items():
+            self._fps_metric.labels(window).set(rate)
+        record = {"time": round(now - self.started, 3), "env_frames": self.frames,
+                  "fps": {k: round(v, 1) for k, v in rates.items()}, "policies": {}}
+        parts = [f"frames {self.frames:,}", "fps " + " / ".join(
+            f"{v:,.0f} ({k})" for k, v in rates.items())]
+        for policy, stats in sorted(self.policies.items()):
+            entry = self._policy_record(policy, stats)
+            record["policies"][str(policy)] = entry
+            if "reward" in entry:
+                parts.append(f"p{policy} reward {entry['reward']:.2f} len {entry['length']:.0f}")
+            if stats.last is not None:
+                parts.append(f"v{stats.last.version} lag {stats.last.lag_mean:.1f} "
+                             f"loss {stats.last.policy_loss:+.3f}/{stats.last.value_loss:.3f}")
+        self.log.info(" | ".join(parts))
+        if self.context is not None and self.context.run_dir is not None:
+            with Path(self.context.run_dir, "progress.jsonl").open("a") as out:
+                out.write(json.dumps(record) + "\n")
+
+    def _policy_record(self, policy: int, stats: _PolicyStats) -> dict[str, float]:
+        entry: dict[str, float] = {"episodes": stats.episodes}
+        if stats.returns:
+            entry["reward"] = sum(stats.returns) / len(stats.returns)
+            entry["length"] = sum(stats.lengths) / len(stats.lengths)
+            self._reward_metric.labels(str(policy)).set(entry["reward"])
+            self._length_metric.labels(str(policy)).set(entry["length"])
+        if stats.last is not None:
+            last = stats.last
+            entry.update(version=last.version, lag=last.lag_mean, samples=last.samples,
+                         policy_loss=last.policy_loss, value_loss=last.value_loss,
+                         entropy=last.entropy, kl=last.kl, grad_norm=last.grad_norm)
+        return entry
