@@ -28,7 +28,7 @@ class DataPathParams:
     """``async`` keeps collecting while the learner trains; ``sync`` pauses collection."""
     num_batches_to_accumulate: int = 2
     """Async mode: batches that may wait for the learner before collection pauses."""
-    model: ModelConfig = ModelConfig()
+    model: ModelConfig = field(default_factory=ModelConfig)
     """The actor-critic network."""
     rollout_actor: str = "rollout"
     """Name of the rollout-worker actor in the topology (its replicas are the workers)."""

@@ -176,7 +176,7 @@ class InferenceWorker(Actor):
         try:
             self._serve()
         except Exception as error:
-            self._report_failure("serve", error)
+            self.report_failure("serve", error)
 
     def _serve(self) -> None:
         requests, self._pending = self._pending, []

@@ -1,4 +1,4 @@
-"""The payloads the RL components exchange: indices, counters and a few statistics, never tensors."""
+"""The payloads the RL components exchange: indices, counters and a few statistics; no tensors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The runner's statistics: frame rates, episode returns, policy lag and losses, as logs and metrics.
+"""The runner's statistics: frame rates, episode returns, policy lag and losses; logs and metrics.
 
 Every ``report_every_s`` it logs one line per run and appends a JSON record to
 ``<run_dir>/progress.jsonl`` (what ``sfbus plot`` and the learning-speed figures read).
@@ -87,7 +87,8 @@ class Stats(Actor):
     def fps(self, window: float) -> float:
         """Env frames per second over the last ``window`` seconds (or since start)."""
         now_t, now_frames = self.history[-1]
-        for then_t, then_frames in self.history:
+        then_t, then_frames = self.history[0]
+        for then_t, then_frames in self.history:  # noqa: B007 - the first inside the window
             if now_t - then_t <= window:
                 break
         return (now_frames - then_frames) / max(now_t - then_t, 1e-9)

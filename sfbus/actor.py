@@ -182,7 +182,7 @@ class Actor:
                     if inspect.isawaitable(result):
                         await result
                 except Exception as error:  # a timer that raises keeps ticking
-                    self._report_failure(label, error)
+                    self.report_failure(label, error)
 
         return self.spawn(tick(), label)
 
@@ -224,7 +224,7 @@ class Actor:
             try:
                 method(payload)
             except Exception as error:
-                self._report_failure(slot_name, error)
+                self.report_failure(slot_name, error)
         return call
 
     def _ensure_mailbox(self) -> asyncio.Queue[Any]:
@@ -241,7 +241,7 @@ class Actor:
             try:
                 await method(payload)
             except Exception as error:
-                self._report_failure(method.__name__, error)
+                self.report_failure(method.__name__, error)
 
     def _touch(self, what: str) -> None:
         self._last_activity = time.monotonic()
@@ -250,9 +250,14 @@ class Actor:
     def _task_done(self, task: asyncio.Task[Any], what: str) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            self._report_failure(what, task.exception())  # type: ignore[arg-type]
+            self.report_failure(what, task.exception())  # type: ignore[arg-type]
 
-    def _report_failure(self, where: str, error: BaseException) -> None:
+    def report_failure(self, where: str, error: BaseException) -> None:
+        """Log a failure of this actor's code and tell ``on_failure`` and the supervisor.
+
+        The kernel calls it for slots, timers and owned tasks that raise; call it yourself for
+        callbacks you schedule outside those (``loop.call_soon``).
+        """
         # The first failure of each place is logged with its traceback; repeats once a minute.
         now = time.monotonic()
         if now - self._failures_logged.get(where, -_FAILURE_LOG_INTERVAL_S) >= \

@@ -39,8 +39,9 @@ from sfbus.routing import Edge, Route, RoutingTable
 
 log = logging.getLogger(__name__)
 
-# Frames received per wake-up before yielding to the loop, so that a flood cannot starve timers.
-_MAX_DRAIN = 256
+# Deliveries handled per wake-up before yielding to the loop, so that a flood cannot starve
+# timers and heartbeats (a frame holds up to MAX_DELIVERIES_PER_FRAME of them).
+_DRAIN_BUDGET = 8192
 
 
 def socket_address(sock_dir: str, process: str) -> str:
@@ -217,7 +218,7 @@ class Bus:
         A ZeroMQ socket's file descriptor is edge-triggered: it signals once when messages
         arrive, and only re-arms after a receive came back empty. So the reader callback drains
         with non-blocking receives until ``zmq.Again`` (yielding to the loop every
-        ``_MAX_DRAIN`` frames so a flood cannot starve timers), then checks ``EVENTS`` once more.
+        ``_DRAIN_BUDGET`` deliveries so a flood cannot starve timers), then checks ``EVENTS`` once more.
         """
         if self._receiver is None:
             await asyncio.Event().wait()
@@ -234,31 +235,35 @@ class Bus:
         receiver = self._receiver
         if receiver is None:
             return
-        for _ in range(_MAX_DRAIN):
+        budget = _DRAIN_BUDGET
+        while budget > 0:
             try:
                 frame = receiver.recv(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            self.dispatch(frame)
+            budget -= self.dispatch(frame)
         else:
             self.loop.call_soon(self._drain)
             return
         if receiver.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             self.loop.call_soon(self._drain)
 
-    def dispatch(self, frame: bytes) -> None:
-        """Decode one data frame and deliver its payloads; bad parts are dropped and counted."""
+    def dispatch(self, frame: bytes) -> int:
+        """Decode one data frame and deliver its payloads; bad parts are dropped and counted.
+
+        Returns the number of deliveries the frame held (the receive loop's work budget).
+        """
         self.counters.frames_received += 1
         try:
             sender, deliveries = decode_data(frame)
         except FrameError as error:
             self.counters.malformed += 1
             self._warn.warning("malformed", "dropped a malformed frame: %s", error)
-            return
+            return 1
         if sender not in self._allowed_senders:
             self.counters.unknown_peer += 1
             self._warn.warning("peer", "dropped a frame from unknown sender id %s", sender)
-            return
+            return 1
         inbound = self._inbound
         for edge_id, raw in deliveries:
             entry = inbound.get(edge_id)
@@ -276,9 +281,15 @@ class Bus:
                 self._warn.warning("payload", "dropped a malformed payload: %s", error)
                 continue
             entry[1](payload)
+        return len(deliveries)
 
     async def flush(self) -> None:
-        """Wait until every queued outgoing frame was handed to ZeroMQ."""
+        """Wait until every queued outgoing frame was handed to ZeroMQ.
+
+        Always yields to the loop at least once, so a sender that floods and flushes in a loop
+        still lets its own slots (and the supervisor's ``Stop``) run.
+        """
+        await asyncio.sleep(0)
         for peer in list(self._peers.values()):
             await peer.idle.wait()
 

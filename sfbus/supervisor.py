@@ -211,7 +211,9 @@ class Supervisor:
             await self._spawn(child)
         await self._wait(lambda: all(c.started for c in self.children.values()),
                          self.settings.start_timeout_s, "every process to start")
-        log.info("run started: %d processes, run dir %s", len(self.children), self.run_dir)
+        if not self.done.is_set():
+            log.info("run started: %d processes, run dir %s", len(self.children),
+                     self.run_dir)
 
     async def _spawn(self, child: _Child) -> None:
         child.ready = child.started = False
@@ -258,7 +260,7 @@ class Supervisor:
 
     def _check_heartbeats(self, now: float) -> None:
         age_gauge = metrics.gauge("sfbus_supervisor_heartbeat_age_seconds",
-                                  "Seconds since a process last heart-beat", ("process",), "liveall")
+                                  "Seconds since a process last heart-beat", ("process",))
         for child in self.children.values():
             age = now - child.last_heartbeat
             age_gauge.labels(child.name).set(age)

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.multiprocess
 
 SUM_DEMO = Path(__file__).parents[2] / "topologies" / "sum_demo.yaml"
 ENDLESS = """
+settings: {count: %d}
 processes:
-  sender: {actors: {sender: {class: tests.kernel.test_flood:FloodSender, params: {count: %d}}}}
+  sender: {actors: {sender: {class: tests.kernel.test_flood:FloodSender}}}
   receiver: {actors: {receiver: {class: tests.kernel.test_flood:FloodReceiver}}}
 connections:
   - {from: sender.sent, to: receiver.on_sent}

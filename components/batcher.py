@@ -1,0 +1,83 @@
+"""The batcher: groups finished trajectories of one policy into training batches for its learner.
+
+Trajectories are taken in arrival order; every ``trajectories_per_batch`` of them make a batch,
+and full batches wait in a FIFO queue until the learner says it is idle (it does at start and
+after each batch), so the learner always has exactly one batch at a time and the rest wait here
+as small index records while their data stays in the workers' shared memory.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from components.config import DataPathParams
+from components.messages import BatchReady, LearnerIdle, TrajectoryReady
+from sfbus import Actor, Signal, slot
+from sfbus.context import ActorContext
+
+
+class Batcher(Actor):
+    """Assembles ``BatchReady`` records from ``TrajectoryReady`` events for one policy."""
+
+    component = "batcher"
+
+    @dataclass(frozen=True)
+    class Params(DataPathParams):
+        """The data path's settings plus the policy this batcher serves."""
+
+        policy: int = 0
+        """Policy id; other policies' trajectories are counted and ignored."""
+
+    batch_ready = Signal(BatchReady, "a full batch for the idle learner")
+
+    def __init__(self, name: str, params: Any = None, context: ActorContext | None = None) -> None:
+        super().__init__(name, params, context)
+        self.pending_workers: list[int] = []
+        self.pending_slots: list[int] = []
+        self.queue: deque[BatchReady] = deque()
+        self.learner_idle = False
+        self.ignored = 0
+        metrics = self.metrics
+        self._m_trajectories = metrics.counter("trajectories", "trajectories received")
+        self._m_ignored = metrics.counter("ignored_trajectories",
+                                          "trajectories of other policies, ignored")
+        self._m_batches = metrics.counter("batches", "batches sent to the learner")
+        self._m_waiting_batches = metrics.gauge("waiting_batches",
+                                                "full batches waiting for the learner")
+        self._m_waiting_trajectories = metrics.gauge(
+            "waiting_trajectories", "trajectories not yet in a full batch")
+
+    @slot
+    def on_trajectory_ready(self, msg: TrajectoryReady) -> None:
+        """Add one trajectory; a batch completes every ``trajectories_per_batch`` of them."""
+        if msg.policy != self.params.policy:
+            self.ignored += 1
+            self._m_ignored.inc()
+            return
+        self._m_trajectories.inc()
+        self.pending_workers.append(msg.worker)
+        self.pending_slots.append(msg.slot)
+        if len(self.pending_slots) >= self.params.trajectories_per_batch:
+            self.queue.append(BatchReady(self.params.policy, tuple(self.pending_workers),
+                                         tuple(self.pending_slots)))
+            self.pending_workers.clear()
+            self.pending_slots.clear()
+        self._send_if_idle()
+
+    @slot
+    def on_learner_idle(self, msg: LearnerIdle) -> None:
+        """The learner can take a batch: send the oldest waiting one, or the next to complete."""
+        if msg.policy != self.params.policy:
+            return
+        self.learner_idle = True
+        self._send_if_idle()
+
+    def _send_if_idle(self) -> None:
+        if self.learner_idle and self.queue:
+            self.learner_idle = False
+            self.batch_ready.emit(self.queue.popleft())
+            self._m_batches.inc()
+        self._m_waiting_batches.set(len(self.queue))
+        self._m_waiting_trajectories.set(len(self.pending_slots))

@@ -1,0 +1,383 @@
+"""The learner of one policy: copies a batch out of shared memory, trains APPO, publishes weights.
+
+Per batch: one gather copy of the batch's trajectories into local tensors (so the workers get their
+slots back at once in async mode), V-trace + PPO epochs in a background thread (torch releases the
+GIL, so the event loop keeps moving signals meanwhile), then the new weights are published in
+shared memory under version + 1. Checkpoints go to ``<run_dir>/checkpoints/policy_<id>/``; a run
+directory that already holds some resumes from the newest (``sfbus run FILE --resume RUN_DIR``).
+
+The data path's ``rollout`` and ``batch_size`` are authoritative; ``appo.rollout``,
+``appo.batch_size``, ``appo.num_batches_to_accumulate`` and ``appo.normalize_input`` are unused
+here (vector observations are normalized iff ``model.normalize_input``, as in inference).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+from components.algo import AppoConfig, ReturnsNormalizer, appo_loss
+from components.buffers import (
+    STEP_FIELDS,
+    PolicyWeights,
+    TrajectoryBuffer,
+    policy_array_specs,
+    rollout_workers,
+    trajectory_layout,
+)
+from components.checkpoint import (
+    config_fingerprint,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from components.config import DataPathParams
+from components.envs import env_spec
+from components.messages import (
+    BatchReady,
+    LearnerIdle,
+    SlotsReleased,
+    TrainingStats,
+    WeightsUpdated,
+)
+from components.policy import Policy, build_policy, published_size
+from sfbus import Actor, ArraySpec, Signal, slot
+from sfbus.context import ActorContext
+from sfbus.ratelimit import RateLimitedLog
+from sfbus.topology import Topology
+
+Batch = dict[str, Any]
+_T = TypeVar("_T")
+_LAG_BUCKETS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+# appo_loss's stats averaged over a batch's steps, by their TrainingStats names
+_MEAN_STATS = {"policy_loss": "policy_loss", "value_loss": "value_loss", "entropy": "entropy",
+               "kl": "kl_approx", "clip_fraction": "clip_fraction"}
+_GAUGES = ("policy_loss", "value_loss", "entropy", "kl", "grad_norm", "lr", "train_seconds")
+
+
+class Learner(Actor):
+    """Trains one policy with APPO on the batches its batcher sends."""
+
+    component = "learner"
+
+    @dataclass(frozen=True)
+    class Params(DataPathParams):
+        """The data path's settings plus the learner's own."""
+
+        policy: int = 0
+        """Policy id this learner trains."""
+        appo: AppoConfig = field(default_factory=AppoConfig)
+        """APPO hyperparameters (``--set appo.lr=...``)."""
+        reward_scale: float = 1.0
+        """Rewards are multiplied by this before the loss (Sample Factory: 0.01 on doom_basic)."""
+        checkpoint_every_s: float = 120.0
+        """Seconds between checkpoints (one more is written at a graceful stop)."""
+        keep_checkpoints: int = 3
+        """Newest checkpoints kept; older ones are deleted."""
+        torch_threads: int = 1
+        """Intra-op threads of torch in this process (the learner owns its core)."""
+
+    learner_idle = Signal(LearnerIdle, "ready for the next batch")
+    slots_released = Signal(SlotsReleased, "a worker's slots were copied (one per worker)")
+    weights_updated = Signal(WeightsUpdated, "new weights are published")
+    training_stats = Signal(TrainingStats, "losses and health figures of one training step")
+
+    def __init__(self, name: str, params: Any = None, context: ActorContext | None = None) -> None:
+        super().__init__(name, params, context)
+        self.version = 1
+        self.train_steps = 0
+        self.samples = 0
+        self.env_frames = 0
+        self.skipped_steps = 0
+        self.checkpoint_dir: Path | None = None
+        self._background: asyncio.Future[Any] | None = None
+        self._stopping = False
+        self._batch: Batch | None = None
+        self._warn = RateLimitedLog(self.log, 60.0)
+        m = self.metrics
+        self._m_samples = m.counter("samples", "samples (agent steps) trained on")
+        self._m_skipped = m.counter("skipped_steps", "steps skipped: non-finite loss or gradient")
+        self._m_lag = m.histogram("policy_lag", "mean policy lag of each trained trajectory",
+                                  _LAG_BUCKETS)
+        self._m_gauges = {key: m.gauge(key, doc) for key, doc in (
+            ("policy_loss", "policy loss of the last batch"),
+            ("value_loss", "value loss of the last batch"),
+            ("entropy", "policy entropy of the last batch"),
+            ("kl", "approximate KL(behavior || current) of the last batch"),
+            ("grad_norm", "gradient norm before clipping, last batch"),
+            ("lr", "learning rate"),
+            ("version", "published weights version"),
+            ("train_seconds", "seconds the last batch took to train"),
+        )}
+
+    @classmethod
+    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+        """The policy's published weights and their version counter."""
+        return policy_array_specs(params.policy, published_size(params))
+
+    # ----- setup ---------------------------------------------------------------------------
+
+    def build(self) -> None:
+        """Create the policy (train mode), the returns normalizer and Adam; no shared memory."""
+        p, cfg = self.params, self.params.appo
+        torch.set_num_threads(p.torch_threads)
+        self.spec = env_spec(p.env, **p.env_kwargs)
+        self.policy: Policy = build_policy(p).train()
+        self.returns_normalizer = ReturnsNormalizer() if cfg.normalize_returns else None
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr,
+                                          betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
+        self.rng = torch.Generator().manual_seed(p.seed)
+
+    async def on_start(self) -> None:
+        """Build, attach the workers' buffers, resume from a checkpoint, publish, say idle."""
+        assert self.context is not None
+        p = self.params
+        self.build()
+        topology = self.context.table.topology
+        layout = trajectory_layout(p, topology)
+        workers = [TrajectoryBuffer(self.context, w, layout)
+                   for w in rollout_workers(topology, p.rollout_actor)]
+        self._sources = [self._source_views(buffer) for buffer in workers]
+        self.weights = PolicyWeights(self.context, p.policy)
+        if self.context.run_dir is not None:
+            self.checkpoint_dir = Path(self.context.run_dir, "checkpoints", f"policy_{p.policy}")
+            latest = latest_checkpoint(self.checkpoint_dir)
+            if latest is not None:
+                self.restore(load_checkpoint(latest, self.config_fingerprint()))
+                self.log.info("%s: resumed from %s (version %d)", self.name, latest, self.version)
+        self._last_checkpoint = time.monotonic()
+        self._publish()
+        self.learner_idle.emit(LearnerIdle(p.policy))
+
+    def _source_views(self, buffer: TrajectoryBuffer) -> dict[str, torch.Tensor]:
+        # What a batch copies from a worker, as views: whole observations (step T bootstraps),
+        # the first T steps of per-step fields, and only the state entering step 0.
+        steps = self.params.rollout
+        views = {f"obs.{k}": v for k, v in buffer.obs_torch().items()}
+        views.update({f: buffer.torch[f][:, :steps] for f in STEP_FIELDS if f != "rnn"})
+        views["rnn"] = buffer.torch["rnn"][:, 0, : self.params.state_size]
+        return views
+
+    # ----- the batch cycle ------------------------------------------------------------------
+
+    @slot
+    async def on_batch_ready(self, msg: BatchReady) -> None:
+        """Copy the batch out, (async) release its slots, train, publish, report, say idle."""
+        if self._stopping:
+            return
+        p = self.params
+        batch, groups = self.copy_batch(msg)
+        if p.mode == "async":
+            self._release(groups)
+        result = await self._in_thread(self.train, batch)
+        self._publish()
+        if p.mode == "sync":
+            self._release(groups)
+        self._report(result)
+        if (self.checkpoint_dir is not None
+                and time.monotonic() - self._last_checkpoint >= p.checkpoint_every_s):
+            await self._in_thread(self.save)
+        self.learner_idle.emit(LearnerIdle(p.policy))
+
+    def copy_batch(self, msg: BatchReady) -> tuple[Batch, dict[int, list[int]]]:
+        """Gather the batch's trajectories into local tensors, one copy (grouped by worker)."""
+        groups: dict[int, list[int]] = {}
+        for worker, slot_index in zip(msg.workers, msg.slots, strict=True):
+            groups.setdefault(worker, []).append(slot_index)
+        n = len(msg.slots)
+        if self._batch is None or len(self._batch["rewards"]) != n:
+            # Reused across batches: the mailbox runs one batch at a time, and training reads it
+            # only until the next copy starts.
+            self._batch = {k: torch.empty((n, *v.shape[1:]), dtype=v.dtype)
+                           for k, v in self._sources[0].items()}
+        offset = 0
+        for worker, slots in groups.items():
+            index = torch.tensor(slots, dtype=torch.int64)
+            end = offset + len(slots)
+            for key, source in self._sources[worker].items():
+                torch.index_select(source, 0, index, out=self._batch[key][offset:end])
+            offset = end
+        return self._batch, groups
+
+    def train(self, batch: Batch) -> dict[str, Any]:
+        """APPO epochs over ``batch`` (the ``copy_batch`` layout); bumps the version. Any thread."""
+        start = time.perf_counter()
+        p, cfg = self.params, self.params.appo
+        obs = {k.removeprefix("obs."): v for k, v in batch.items() if k.startswith("obs.")}
+        if p.model.normalize_input:
+            # Once per batch over steps 0..T-1 (step T reappears as step 0 of the next slot).
+            stats = self.policy.obs_normalizer.stats
+            for key, rms in stats.items():
+                rms.update(obs[key][:, : p.rollout])
+            obs = {k: stats[k].normalize(v) if k in stats else v for k, v in obs.items()}
+        valids = batch["policies"] == p.policy  # another policy's steps only feed V-trace
+        data = {"obs": obs, "rnn_states": batch["rnn"], "actions": batch["actions"],
+                "log_probs": batch["log_probs"], "values": batch["values"],
+                "rewards": batch["rewards"] * p.reward_scale, "dones": batch["dones"],
+                "policy_versions": batch["versions"], "valids": valids,
+                "learner_version": self.version}
+        figures: list[dict[str, float]] = []
+        norms: list[float] = []
+        skipped = 0
+        for _ in range(cfg.num_epochs):
+            for index in self._minibatches(len(valids)):
+                loss_figures, grad_norm = self._sgd_step(
+                    data if index is None else _select(data, index))
+                skipped += grad_norm is None
+                figures += [loss_figures] if loss_figures is not None else []
+                norms += [grad_norm] if grad_norm is not None else []
+        lag = (self.version - batch["versions"]).float()
+        samples = int(valids.sum())
+        self.version += 1
+        self.train_steps += 1
+        self.samples += samples
+        self.env_frames += samples * self.spec.frameskip
+        result: dict[str, Any] = {k: _mean([f[k] for f in figures]) for k in _MEAN_STATS}
+        result.update(
+            grad_norm=_mean(norms), skipped=skipped, samples=samples,
+            lag_mean=float(lag[valids].mean()) if samples else 0.0,
+            lag_max=float(lag[valids].max()) if samples else 0.0,
+            trajectory_lags=_row_means(lag, valids), train_seconds=time.perf_counter() - start)
+        return result
+
+    def _minibatches(self, num: int) -> tuple[torch.Tensor | None, ...]:
+        """Trajectory indices of each minibatch of one epoch, shuffled (None: the whole batch)."""
+        parts = self.params.appo.num_batches_per_epoch
+        if parts == 1:
+            return (None,)
+        return torch.randperm(num, generator=self.rng).tensor_split(parts)
+
+    def _sgd_step(self, minibatch: Batch) -> tuple[dict[str, float] | None, float | None]:
+        """One Adam step: (loss figures, grad norm), None where non-finite (the step skipped)."""
+        cfg, rn = self.params.appo, self.returns_normalizer
+        # appo_loss updates the returns statistics; a skipped step must not poison them.
+        saved = None if rn is None else {k: v.clone() for k, v in rn.state_dict().items()}
+        loss, stats = appo_loss(self.policy.model, minibatch, cfg, rn)
+        if not torch.isfinite(loss):
+            if rn is not None:
+                rn.load_state_dict(saved)
+            return None, None
+        figures = {name: float(stats[key]) for name, key in _MEAN_STATS.items()}
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.policy.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)
+        if not torch.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            if rn is not None:
+                rn.load_state_dict(saved)
+            return figures, None
+        self.optimizer.step()
+        return figures, float(grad_norm)
+
+    def _release(self, groups: dict[int, list[int]]) -> None:
+        for worker, slots in groups.items():
+            self.slots_released.emit(SlotsReleased(worker, tuple(slots)), key=worker)
+
+    def _publish(self) -> None:
+        self.weights.publish(self.policy.published_tensors(), self.version)
+        self.weights_updated.emit(WeightsUpdated(self.params.policy, self.version))
+        self._m_gauges["version"].set(self.version)
+
+    def _report(self, r: dict[str, Any]) -> None:
+        if r["skipped"]:
+            self.skipped_steps += r["skipped"]
+            self._m_skipped.inc(r["skipped"])
+            self._warn.warning("skipped", "%s: skipped %d optimizer steps with a non-finite loss "
+                               "or gradient (%d so far)", self.name, r["skipped"],
+                               self.skipped_steps)
+        self._m_samples.inc(r["samples"])
+        for lag in r["trajectory_lags"]:
+            self._m_lag.observe(lag)
+        stats = TrainingStats(
+            policy=self.params.policy, version=self.version, env_frames=self.env_frames,
+            lr=float(self.optimizer.param_groups[0]["lr"]),
+            **{k: r[k] for k in (*_MEAN_STATS, "samples", "grad_norm", "lag_mean", "lag_max",
+                                 "train_seconds")})
+        for key in _GAUGES:
+            self._m_gauges[key].set(getattr(stats, key))
+        self.training_stats.emit(stats)
+
+    async def _in_thread(self, fn: Callable[..., _T], *args: Any) -> _T:
+        # Shielded so that a stop waits for the thread instead of abandoning it mid-update.
+        self._background = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        return await asyncio.shield(self._background)
+
+    # ----- checkpoints ----------------------------------------------------------------------
+
+    def config_fingerprint(self) -> dict[str, Any]:
+        """What a checkpoint must match to be resumed (see ``checkpoint.config_fingerprint``)."""
+        return config_fingerprint(self.params.env, self.params.model)
+
+    def state(self) -> dict[str, Any]:
+        """Everything a checkpoint holds (live tensors: call between training steps)."""
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "returns_normalizer": None if self.returns_normalizer is None
+            else self.returns_normalizer.state_dict(),
+            "version": self.version,
+            "env_frames": self.env_frames,
+            "train_steps": self.train_steps,
+            "samples": self.samples,
+            "config": self.config_fingerprint(),
+            "rng": self.rng.get_state(),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Load a checkpoint's state (from ``load_checkpoint``) into the built learner."""
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.returns_normalizer is not None and state.get("returns_normalizer") is not None:
+            self.returns_normalizer.load_state_dict(state["returns_normalizer"])
+        if state.get("rng") is not None:
+            self.rng.set_state(state["rng"])
+        self.version = int(state["version"])
+        self.env_frames = int(state["env_frames"])
+        self.train_steps = int(state["train_steps"])
+        self.samples = int(state["samples"])
+
+    def save(self) -> Path | None:
+        """Write a checkpoint of the current state (None without a run directory)."""
+        if self.checkpoint_dir is None:
+            return None
+        path = save_checkpoint(self.checkpoint_dir, self.state(), self.version,
+                               self.params.keep_checkpoints)
+        self._last_checkpoint = time.monotonic()
+        return path
+
+    async def on_stop(self) -> None:
+        """Wait for an in-flight training step or save, then write the final checkpoint."""
+        self._stopping = True
+        # A finished step's continuation may start a periodic save: wait until nothing runs.
+        while self._background is not None and not self._background.done():
+            await asyncio.wait({self._background})
+        path = self.save()  # on the loop: nothing else may touch the model now
+        if path is not None:
+            self.log.info("%s: final checkpoint %s (version %d)", self.name, path, self.version)
+
+
+def _select(data: Batch, index: torch.Tensor) -> Batch:
+    """The trajectories ``index`` of a training batch (a minibatch; whole trajectories)."""
+    return {key: {k: v.index_select(0, index) for k, v in value.items()} if isinstance(value, dict)
+            else value.index_select(0, index) if isinstance(value, torch.Tensor) else value
+            for key, value in data.items()}
+
+
+def _mean(values: list[float]) -> float:
+    """The mean, or NaN for no values (every step of the batch was skipped)."""
+    return sum(values) / len(values) if values else math.nan
+
+
+def _row_means(lag: torch.Tensor, valids: torch.Tensor) -> list[float]:
+    """Mean lag of each trajectory's valid steps (trajectories with none are left out)."""
+    counts = valids.sum(1)
+    means = (lag * valids).sum(1) / counts.clamp(min=1)
+    return means[counts > 0].tolist()

@@ -1,0 +1,319 @@
+"""The rollout worker: steps its envs split by split, writing trajectories into shared memory.
+
+A worker owns ``num_envs`` envs in ``num_splits`` groups (double-buffered sampling, Figure 2 of
+the paper): while the inference worker computes actions for one split, the worker steps the other.
+Agent ``a`` of env ``e`` is row ``e * num_agents + a``; split ``s`` holds the contiguous rows of
+envs ``[s * envs_per_split, (s + 1) * envs_per_split)``. Every row fills its own trajectory slot,
+and every split advances its rows' step ``t`` together (see :mod:`components.buffers` for what
+lives at ``[slot, t]``). Observations go straight from the env into the shared buffer.
+
+When a split's slots hold T steps it emits ``trajectory_ready`` per slot and takes fresh slots
+from the worker's pool, carrying the last observation and RNN state to step 0. An empty pool
+pauses that split until ``slots_released`` brings slots back: that is async mode's back-pressure
+and sync mode's pause while the learner trains.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from components.buffers import TrajectoryBuffer, trajectory_layout
+from components.config import DataPathParams
+from components.envs import EnvError, MultiAgentEnv, make_env
+from components.messages import (
+    ActionsReady,
+    EpisodeFinished,
+    InferenceRequest,
+    RolloutProgress,
+    SlotsReleased,
+    TrajectoryReady,
+)
+from sfbus import Actor, ArraySpec, Signal, slot
+from sfbus.ratelimit import RateLimitedLog
+from sfbus.topology import Topology
+
+
+@dataclass(frozen=True)
+class RolloutParams(DataPathParams):
+    """Parameters of a rollout worker: the data-path settings plus its own."""
+
+    policy: int = 0
+    """The policy every agent of this worker acts with (multi-policy assignment comes later)."""
+    progress_interval_s: float = 1.0
+    """Seconds between ``rollout_progress`` reports to the stats actor."""
+
+
+def env_seed(seed: int, worker: int, env: int, incarnation: int = 0) -> int:
+    """Seed of env ``env`` of worker ``worker``; a recreated env gets a fresh one."""
+    words = [seed, worker, env] + ([incarnation] if incarnation else [])
+    return int(np.random.SeedSequence(words).generate_state(1)[0])
+
+
+class RolloutWorker(Actor):
+    """Steps ``num_envs`` envs in ``num_splits`` splits with actions from the inference workers."""
+
+    component = "rollout"
+    Params = RolloutParams
+
+    inference_requested = Signal(InferenceRequest, "a split's rows await actions")
+    trajectory_ready = Signal(TrajectoryReady, "a slot holds T steps")
+    episode_finished = Signal(EpisodeFinished, "an agent finished an episode")
+    rollout_progress = Signal(RolloutProgress, "env frames since the last report")
+
+    @classmethod
+    def shared_arrays(cls, name: str, params: RolloutParams,
+                      topology: Topology) -> list[ArraySpec]:
+        """The worker's trajectory buffer, request table and slot pool."""
+        return trajectory_layout(params, topology).array_specs(name)
+
+    async def on_start(self) -> None:
+        """Create and reset the envs, take one slot per agent, request every split's actions."""
+        try:
+            import cv2
+        except ImportError:  # no doom envs in this install; nothing else uses cv2
+            pass
+        else:
+            cv2.setNumThreads(1)  # one core per worker: cv2's thread pool only adds contention
+        p = self.params
+        self.worker = self.context.replica
+        layout = trajectory_layout(p, self.context.table.topology)
+        self.spec = layout.spec
+        self.buffer = TrajectoryBuffer(self.context, self.name, layout)
+        self.pool = self.context.slot_pool(f"{self.name}.pool", owner=self.name, actor=self.name)
+        self._rl_log = RateLimitedLog(self.log)
+
+        self.num_agents = na = self.spec.num_agents
+        self.rollout = p.rollout
+        self.envs_per_split = p.num_envs // p.num_splits
+        self.rows_per_split = layout.rows_per_split
+        agents = p.num_envs * na
+        # Per-agent policy id: a multi-policy mapping will rewrite entries at episode starts.
+        self.agent_policy = np.full(agents, p.policy, np.int64)
+        # Current slot of every agent row (while its split is paused: the slot it just filled).
+        self.row_slots = np.array(self.pool.acquire_many(agents), np.int64)
+        self.t = [0] * p.num_splits  # the step every row of a split is at
+        self.awaiting = [False] * p.num_splits  # split has an inference request in flight
+        # Splits that filled their slots and wait for free ones, first come first served.
+        self.paused: deque[int] = deque()
+        self.frames_since_report = 0
+
+        self._prepare_staging()
+        self._incarnations = [0] * p.num_envs
+        self.env_failures = 0  # envs recreated after an EnvError
+        self.envs: list[MultiAgentEnv] = []
+        slots = self.row_slots.tolist()
+        for e in range(p.num_envs):
+            env = make_env(p.env, **p.env_kwargs)
+            self.envs.append(env)
+            out = self._obs_out(e, slots, e * na, 0)
+            env.reset_into(out, seed=env_seed(p.seed, self.worker, e))
+            self._commit_obs(out, slots, e * na, 0)
+        self._rnn[self.row_slots, 0] = 0.0
+        self._m_free.set(self.pool.free)
+        self.every(p.progress_interval_s, self._report_progress)
+        for s in range(p.num_splits):
+            self._request(s)
+
+    def _prepare_staging(self) -> None:
+        """Bind the buffer's fields, preallocate per-split staging arrays, declare metrics."""
+        p, na, rps = self.params, self.num_agents, self.rows_per_split
+        fields = self.buffer.numpy
+        self._obs = self.buffer.obs_numpy()
+        self._rnn, self._actions = fields["rnn"], fields["actions"]
+        self._rewards, self._dones, self._policies = (fields["rewards"], fields["dones"],
+                                                      fields["policies"])
+        # Preallocated per-split staging: one fancy-index write per field and step, no allocation.
+        self._step_rewards = [np.zeros(rps, np.float32) for _ in range(p.num_splits)]
+        self._step_dones = [np.zeros(rps, bool) for _ in range(p.num_splits)]
+        # The carried observation/state is staged here: once a paused split's slots are
+        # released, another split may reuse and overwrite them before this one resumes.
+        self._carry_obs = [{k: np.zeros((rps, *f.shape), f.dtype)
+                            for k, f in self.spec.observation_space.items()}
+                           for _ in range(p.num_splits)]
+        self._carry_rnn = [np.zeros((rps, self._rnn.shape[-1]), np.float32)
+                           for _ in range(p.num_splits)]
+        # Multi-agent envs write into a scratch dict whose rows are then scattered to the slots.
+        self._scratch = [self.spec.empty_obs() for _ in range(p.num_envs)] if na > 1 else []
+        self._failed_step = (np.zeros(na, np.float32), np.ones(na, bool), np.zeros(na, bool),
+                             [{} for _ in range(na)])
+        self._frames_per_split_step = self.envs_per_split * na * self.spec.frameskip
+
+        self._m_frames = self.metrics.counter("env_frames", "Env frames collected (frameskip "
+                                              "counted)")
+        self._m_episodes = self.metrics.counter("episodes", "Episodes finished by agents")
+        self._m_failures = self.metrics.counter("env_failures",
+                                                "Envs recreated after an EnvError")
+        self._m_free = self.metrics.gauge("free_slots", "Free trajectory slots in the pool")
+
+    async def on_stop(self) -> None:
+        """Close every env."""
+        for env in getattr(self, "envs", ()):
+            try:
+                env.close()
+            except Exception:  # an env that broke while closing must not keep the rest open
+                self.log.exception("closing an env failed")
+
+    @slot
+    def on_actions_ready(self, msg: ActionsReady) -> None:
+        """Step the split whose actions the inference worker wrote, then request its next ones."""
+        s = msg.split
+        if msg.worker != self.worker or not 0 <= s < len(self.t) or not self.awaiting[s]:
+            self._rl_log.warning("stray-actions", "%s: ignored unexpected %r (worker %d)",
+                                 self.name, msg, self.worker)
+            return
+        self.awaiting[s] = False
+        self._step_split(s)
+
+    @slot
+    def on_slots_released(self, msg: SlotsReleased) -> None:
+        """Take the slots back and resume the splits that wait for them."""
+        if msg.worker != self.worker:
+            self._rl_log.warning("stray-release", "%s: ignored %r (worker %d)", self.name, msg,
+                                 self.worker)
+            return
+        for released in msg.slots:
+            self.pool.release(released)
+        self._resume_paused()
+        self._m_free.set(self.pool.free)
+
+    # ----- the hot path ----------------------------------------------------------------------
+
+    def _step_split(self, s: int) -> None:
+        """Step every env of split ``s`` with the actions at its rows' step t."""
+        t, t1 = self.t[s], self.t[s] + 1
+        na, rps = self.num_agents, self.rows_per_split
+        lo = s * rps
+        slots_view = self.row_slots[lo:lo + rps]
+        slots = slots_view.tolist()
+        actions = self._actions[slots_view, t]  # one gather for the whole split
+        rewards, dones = self._step_rewards[s], self._step_dones[s]
+        e0 = s * self.envs_per_split
+        for i in range(self.envs_per_split):
+            e = e0 + i
+            a = i * na
+            out = self._obs_out(e, slots, a, t1)
+            try:
+                r, term, trunc, infos = self.envs[e].step_into(actions[a:a + na], out)
+            except EnvError as error:
+                self._recreate(e, out, error)
+                r, term, trunc, infos = self._failed_step
+            self._commit_obs(out, slots, a, t1)
+            if na == 1:  # scalar writes beat slice writes for the common single-agent env
+                rewards[a] = r[0]
+                done = dones[a] = term[0] or trunc[0]
+            else:
+                rewards[a:a + na] = r
+                np.logical_or(term, trunc, out=dones[a:a + na])
+                done = dones[a:a + na].any()
+            if done:
+                self._episodes_ended(lo + a, infos)
+        self._rewards[slots_view, t] = rewards
+        self._dones[slots_view, t] = dones
+        self._policies[slots_view, t] = self.agent_policy[lo:lo + rps]
+        if dones.any():
+            # forward_step never resets state: a new episode starts from zeros, overwriting the
+            # state the inference worker already wrote at t+1.
+            self._rnn[slots_view[dones], t1] = 0.0
+
+        frames = self._frames_per_split_step
+        self.report_progress(frames)
+        self.frames_since_report += frames
+        self._m_frames.inc(frames)
+        if t1 == self.rollout:
+            self._finish_trajectories(s)
+        else:
+            self.t[s] = t1
+            self._request(s)
+
+    def _obs_out(self, e: int, slots: list[int], a: int, t: int) -> dict[str, np.ndarray]:
+        """Where env ``e`` (agents at ``slots[a:]``) writes: its shared row, or its scratch."""
+        if self.num_agents == 1:
+            row = slots[a]
+            return {k: arr[row:row + 1, t] for k, arr in self._obs.items()}
+        return self._scratch[e]
+
+    def _commit_obs(self, out: dict[str, np.ndarray], slots: list[int], a: int, t: int) -> None:
+        """Scatter a multi-agent env's scratch rows to its agents' slots at step ``t``."""
+        if self.num_agents == 1:
+            return  # already written in place
+        env_slots = slots[a:a + self.num_agents]
+        for k, arr in self._obs.items():
+            arr[env_slots, t] = out[k]
+
+    def _episodes_ended(self, row0: int, infos: list[dict[str, Any]]) -> None:
+        """Report the episodes the env's agents (rows from ``row0``) finished in this step."""
+        for j, info in enumerate(infos):
+            if "episode_return" in info:
+                self._m_episodes.inc()
+                self.episode_finished.emit(EpisodeFinished(
+                    int(self.agent_policy[row0 + j]), float(info["episode_return"]),
+                    int(info["episode_length"]), int(info["episode_frames"])))
+
+    def _request(self, s: int) -> None:
+        """Write split ``s``'s (slot, t) rows to the request table and ask for actions."""
+        rps = self.rows_per_split
+        rows = self.buffer.requests[s]
+        rows[:rps, 0] = self.row_slots[s * rps:(s + 1) * rps]
+        rows[:rps, 1] = self.t[s]
+        self.awaiting[s] = True
+        self.inference_requested.emit(InferenceRequest(self.worker, s, rps, self.params.policy))
+
+    # ----- slots -----------------------------------------------------------------------------
+
+    def _finish_trajectories(self, s: int) -> None:
+        """Hand split ``s``'s full slots to the batcher, stage the carry, take fresh slots."""
+        rps, last = self.rows_per_split, self.rollout
+        lo = s * rps
+        slots_view = self.row_slots[lo:lo + rps]
+        for k, arr in self._obs.items():
+            self._carry_obs[s][k][:] = arr[slots_view, last]
+        self._carry_rnn[s][:] = self._rnn[slots_view, last]
+        policies = self.agent_policy[lo:lo + rps].tolist()
+        for full, policy in zip(slots_view.tolist(), policies, strict=True):
+            self.trajectory_ready.emit(TrajectoryReady(self.worker, full, policy))
+        self.paused.append(s)
+        self._resume_paused()
+        self._m_free.set(self.pool.free)
+
+    def _resume_paused(self) -> None:
+        """Give fresh slots to waiting splits in arrival order while the pool has enough."""
+        rps = self.rows_per_split
+        while self.paused and self.pool.free >= rps:
+            s = self.paused.popleft()
+            fresh = np.array(self.pool.acquire_many(rps), np.int64)
+            lo = s * rps
+            self.row_slots[lo:lo + rps] = fresh
+            for k, arr in self._obs.items():
+                arr[fresh, 0] = self._carry_obs[s][k]
+            self._rnn[fresh, 0] = self._carry_rnn[s]
+            self.t[s] = 0
+            self._request(s)
+        if self.paused:
+            self.log.debug("%s: splits %s wait for slots (%d free)", self.name,
+                           list(self.paused), self.pool.free)
+
+    # ----- faults and reports ----------------------------------------------------------------
+
+    def _recreate(self, e: int, out: dict[str, np.ndarray], error: EnvError) -> None:
+        """Replace broken env ``e`` with a fresh one reset into ``out``; its episode is lost."""
+        self.env_failures += 1
+        self._m_failures.inc()
+        self._rl_log.warning("env-error", "%s: env %d failed (%s); recreating it and dropping "
+                             "its unfinished episode", self.name, e, error)
+        try:
+            self.envs[e].close()
+        except Exception:  # a broken env may also fail to close; the new one matters
+            self.log.debug("closing broken env %d failed", e, exc_info=True)
+        self._incarnations[e] += 1
+        p = self.params
+        env = make_env(p.env, **p.env_kwargs)
+        env.reset_into(out, seed=env_seed(p.seed, self.worker, e, self._incarnations[e]))
+        self.envs[e] = env
+
+    def _report_progress(self) -> None:
+        self.rollout_progress.emit(RolloutProgress(self.worker, self.frames_since_report))
+        self.frames_since_report = 0

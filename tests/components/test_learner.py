@@ -1,0 +1,351 @@
+"""The learner: batch copy, slot release order, weight publishing, stats, resume, and learning."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from components.algo import AppoConfig
+from components.buffers import PolicyWeights, TrajectoryBuffer, trajectory_layout
+from components.checkpoint import CheckpointError
+from components.config import DataPathParams
+from components.learner import Learner
+from components.messages import (
+    BatchReady,
+    LearnerIdle,
+    SlotsReleased,
+    TrainingStats,
+    WeightsUpdated,
+)
+from components.models import ModelConfig
+from sfbus import Actor, Signal, slot
+from sfbus.host import ProcessHost
+from sfbus.routing import RoutingTable
+from sfbus.shm import SharedMemory, new_run_id
+from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+
+T = 8
+SETTINGS = {"env": "gym:CartPole-v1", "rollout": T, "num_envs": 4, "num_splits": 2,
+            "batch_size": 64, "model": ModelConfig(core="gru", core_size=16, mlp_layers=(16,))}
+APPO = AppoConfig(rollout=T, batch_size=64, lr=1e-3)
+
+
+class FakeRollout(Actor):
+    """A rollout worker that only owns a trajectory buffer filled with random steps."""
+
+    Params = DataPathParams
+
+    @classmethod
+    def shared_arrays(cls, name, params, topology):
+        """The worker's trajectory buffer, as the real rollout worker declares it."""
+        return trajectory_layout(params, topology).array_specs(name)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.released: list[tuple[SlotsReleased, int]] = []
+        self.on_release: Callable[[], None] = lambda: None
+
+    async def on_start(self) -> None:
+        """Fill every slot with random but well-formed steps acted by version 1."""
+        layout = trajectory_layout(self.params, self.context.table.topology)
+        self.buffer = TrajectoryBuffer(self.context, self.name, layout)
+        fill_random(self.buffer.numpy, np.random.default_rng(self.context.replica))
+        self.weights = PolicyWeights(self.context, 0)
+
+    @slot
+    def on_slots_released(self, msg: SlotsReleased) -> None:
+        """Record the release with the weights version published at that moment."""
+        self.released.append((msg, self.weights.version))
+        self.on_release()
+
+
+def fill_random(fields: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+    """Random observations, actions, behavior log-probs/values, rewards, dones; version 1."""
+    for name, array in fields.items():
+        if name.startswith("obs."):
+            array[:] = rng.normal(size=array.shape)
+    fields["actions"][:] = rng.integers(0, 2, size=fields["actions"].shape)
+    fields["log_probs"][:] = np.log(0.5) + rng.normal(0, 0.05, size=fields["log_probs"].shape)
+    fields["values"][:] = rng.normal(size=fields["values"].shape)
+    fields["rewards"][:] = rng.random(size=fields["rewards"].shape)
+    fields["dones"][:] = rng.random(size=fields["dones"].shape) < 0.1
+    fields["rnn"][:] = rng.normal(0, 0.1, size=fields["rnn"].shape)
+    fields["versions"][:] = 1
+    fields["policies"][:] = 0
+
+
+class Driver(Actor):
+    """Stands in for the batcher, the inference workers and the stats actor."""
+
+    batch_ready = Signal(BatchReady)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.idle = 0
+        self.versions: list[int] = []
+        self.stats: list[TrainingStats] = []
+
+    @slot
+    def on_learner_idle(self, msg: LearnerIdle) -> None:
+        """Count idles."""
+        self.idle += 1
+
+    @slot
+    def on_weights_updated(self, msg: WeightsUpdated) -> None:
+        """Record published versions."""
+        self.versions.append(msg.version)
+
+    @slot
+    def on_training_stats(self, msg: TrainingStats) -> None:
+        """Record stats."""
+        self.stats.append(msg)
+
+
+def learner_topology(mode: str = "async", **settings: object) -> Topology:
+    """Two fake rollout workers, a learner, and a driver wired like the real data path."""
+    settings = {**SETTINGS, **settings, "mode": mode}
+    data = DataPathParams(**settings)
+    params = Learner.Params(**settings, appo=APPO)
+    path = "tests.components.test_learner"
+    return Topology("learner", "<test>", (
+        ProcessSpec("rollout", (ActorSpec("rollout", f"{path}:FakeRollout", data),), replicas=2),
+        ProcessSpec("learn", (ActorSpec("learner", "components.learner:Learner", params),)),
+        ProcessSpec("drive", (ActorSpec("driver", f"{path}:Driver", None),)),
+    ), (
+        ConnectionSpec("driver", "batch_ready", "learner", "on_batch_ready"),
+        ConnectionSpec("learner", "learner_idle", "driver", "on_learner_idle"),
+        ConnectionSpec("learner", "weights_updated", "driver", "on_weights_updated"),
+        ConnectionSpec("learner", "training_stats", "driver", "on_training_stats"),
+        ConnectionSpec("learner", "slots_released", "rollout", "on_slots_released", "any"),
+    ))
+
+
+@asynccontextmanager
+async def hosted_run(topology: Topology, run_dir: str | None = None,
+                     transport: str = "inproc") -> AsyncIterator[dict]:
+    """Host ``topology`` in this process, with a run directory (unlike tests/kernel's)."""
+    table = RoutingTable(topology)
+    run_id = new_run_id()
+    specs = [s for a in table.actors.values()
+             for s in a.cls.shared_arrays(a.name, a.spec.params, topology)]
+    shm = SharedMemory.create(run_id, specs)
+    hosts: list[ProcessHost] = []
+    with tempfile.TemporaryDirectory(prefix="sfbus-test-") as sock_dir:
+        try:
+            groups = [list(table.processes)] if transport == "inproc" else [
+                [p] for p in table.processes]
+            for group in groups:
+                host = ProcessHost(table, group, run_id=run_id, run_dir=run_dir,
+                                   sock_dir=None if transport == "inproc" else sock_dir,
+                                   array_specs={s.name: s for s in specs})
+                await host.build()
+                hosts.append(host)
+            for host in hosts:
+                await host.start()
+            yield {a.name: a for h in hosts for a in h.actors}
+        finally:
+            for host in hosts:
+                await host.stop()
+            shm.unlink()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait until ``condition()`` holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.002)
+
+
+BATCH = BatchReady(policy=0, workers=(0, 1, 0, 1, 1, 0, 0, 1), slots=(0, 1, 3, 2, 4, 5, 7, 6))
+
+
+def published(learner: Learner) -> torch.Tensor:
+    """A copy of the learner's published weights vector."""
+    return learner.weights.weights.clone()
+
+
+@pytest.mark.parametrize("transport", ["inproc", "ipc"])
+async def test_async_releases_before_training_and_publishes(transport):
+    async with hosted_run(learner_topology("async"), transport=transport) as actors:
+        learner, driver = actors["learner"], actors["driver"]
+        workers = [actors["rollout.0"], actors["rollout.1"]]
+        await until(lambda: driver.idle == 1 and driver.versions == [1])
+        assert learner.weights.version == 1
+        before = published(learner)
+
+        # training may only start once both workers got their slots back
+        released = threading.Event()
+        for worker in workers:
+            worker.on_release = lambda: len(workers[0].released) + len(
+                workers[1].released) == 2 and released.set()
+        train = learner.train
+        learner.train = lambda batch: released.wait(10) and train(batch)
+
+        driver.batch_ready.emit(BATCH)
+        await until(lambda: driver.idle == 2 and driver.stats)
+        assert driver.versions == [1, 2]
+        assert learner.weights.version == 2
+        assert not torch.equal(before, published(learner))
+        for index, worker in enumerate(workers):
+            (msg, version), = worker.released
+            assert msg.worker == index and version == 1  # released before v2 was published
+            pairs = zip(BATCH.workers, BATCH.slots, strict=True)
+            assert msg.slots == tuple(s for w, s in pairs if w == index)
+        stats, = driver.stats
+        assert stats.version == 2 and stats.samples == 64 and stats.env_frames == 64
+        figures = [stats.policy_loss, stats.value_loss, stats.entropy, stats.kl,
+                   stats.grad_norm, stats.lr, stats.clip_fraction, stats.train_seconds]
+        assert all(math.isfinite(x) for x in figures)
+        assert stats.lr == APPO.lr and stats.lag_mean == 0.0 and stats.lag_max == 0.0
+        assert stats.entropy > 0.5  # near-uniform over 2 actions at the start
+
+        # the copy gathered the right rows, grouped by worker in first-appearance order
+        batch, groups = learner.copy_batch(BATCH)
+        assert groups == {0: [0, 3, 5, 7], 1: [1, 2, 4, 6]}
+        order = [(w, s) for w, slots in groups.items() for s in slots]
+        for i, (w, s) in enumerate(order):
+            fields = workers[w].buffer.torch
+            assert torch.equal(batch["obs.obs"][i], fields["obs.obs"][s])
+            assert torch.equal(batch["actions"][i], fields["actions"][s, :T])
+            assert torch.equal(batch["rnn"][i], fields["rnn"][s, 0])
+        assert batch["obs.obs"].shape == (8, T + 1, 4) and batch["rewards"].shape == (8, T)
+
+
+async def test_sync_releases_after_publishing():
+    async with hosted_run(learner_topology("sync")) as actors:
+        driver = actors["driver"]
+        await until(lambda: driver.idle == 1)
+        # sync mode: each worker has exactly its share of one batch, slots 0..3
+        driver.batch_ready.emit(BatchReady(0, BATCH.workers, (0, 1, 3, 2, 0, 2, 1, 3)))
+        await until(lambda: driver.idle == 2)
+        workers = [actors["rollout.0"], actors["rollout.1"]]
+        await until(lambda: all(w.released for w in workers))
+        for worker in workers:
+            (_msg, version), = worker.released
+            assert version == 2  # the slots came back only after v2 was published
+
+
+async def test_stop_checkpoints_and_run_dir_resumes(tmp_path):
+    async with hosted_run(learner_topology(), run_dir=str(tmp_path)) as actors:
+        first, driver = actors["learner"], actors["driver"]
+        await until(lambda: driver.idle == 1)
+        driver.batch_ready.emit(BATCH)
+        await until(lambda: driver.idle == 2)
+        final = published(first)
+    checkpoints = sorted((tmp_path / "checkpoints" / "policy_0").iterdir())
+    assert [p.name for p in checkpoints] == ["checkpoint_000000002.pt"]
+    assert (tmp_path / "checkpoints" / "policy_0").stat().st_mode & 0o777 == 0o700
+
+    async with hosted_run(learner_topology(), run_dir=str(tmp_path)) as actors:
+        second, driver = actors["learner"], actors["driver"]
+        await until(lambda: driver.versions == [2])
+        assert second.weights.version == 2 and torch.equal(published(second), final)
+        assert (second.train_steps, second.samples, second.env_frames) == (1, 64, 64)
+        driver.batch_ready.emit(BATCH)
+        await until(lambda: driver.versions == [2, 3])
+
+
+async def test_mismatched_model_refuses_to_resume(tmp_path):
+    async with hosted_run(learner_topology(), run_dir=str(tmp_path)):
+        pass
+    other = replace(SETTINGS["model"], core_size=8)
+    topology = learner_topology(model=other)
+    with pytest.raises(CheckpointError, match=r"model\.core_size: checkpoint 16, this run 8"):
+        async with hosted_run(topology, run_dir=str(tmp_path)):
+            pass
+
+
+# ----- the training step on its own (no shared memory) ---------------------------------------
+
+def bandit_learner(**appo: object) -> Learner:
+    """A learner on CartPole's shapes with no core, raw inputs, and a fast learning rate."""
+    params = Learner.Params(**{**SETTINGS, "model": ModelConfig(
+        core="none", mlp_layers=(16,), normalize_input=False)},
+        appo=replace(APPO, lr=3e-3, **appo), seed=1)
+    learner = Learner("learner", params)
+    learner.build()
+    return learner
+
+
+def bandit_batch(learner: Learner, gen: torch.Generator, n: int = 8) -> dict:
+    """One-step episodes: reward 1 for action 1 when obs[0] > 0, for action 0 otherwise.
+
+    Actions are sampled from the current policy, as inference would (on-policy, lag 0).
+    """
+    obs = torch.randn(n, T + 1, 4, generator=gen)
+    dones = torch.ones(n, T, dtype=torch.uint8)
+    with torch.no_grad():
+        dist, values = learner.policy.model.forward_sequence({"obs": obs[:, :T]},
+                                                             torch.zeros(n, 0), dones)
+        torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
+        actions = dist.sample()
+        log_probs = dist.log_prob(actions)
+    rewards = (actions[..., 0] == (obs[:, :T, 0] > 0).long()).float()
+    return {"obs.obs": obs, "rnn": torch.zeros(n, 0), "actions": actions,
+            "log_probs": log_probs, "values": values, "rewards": rewards, "dones": dones,
+            "versions": torch.full((n, T), learner.version, dtype=torch.int64),
+            "policies": torch.zeros(n, T, dtype=torch.int64)}
+
+
+def rewarded_log_prob(learner: Learner) -> float:
+    """Mean log-probability of the rewarded action on fixed observations."""
+    obs = torch.randn(256, 1, 4, generator=torch.Generator().manual_seed(123))
+    with torch.no_grad():
+        dist, _ = learner.policy.model.forward_sequence({"obs": obs}, torch.zeros(256, 0),
+                                                        torch.zeros(256, 1))
+    best = (obs[..., 0] > 0).long().unsqueeze(-1)
+    return float(dist.log_prob(best).mean())
+
+
+def test_training_raises_log_prob_of_rewarded_actions():
+    learner = bandit_learner(num_batches_per_epoch=2)
+    gen = torch.Generator().manual_seed(0)
+    start = rewarded_log_prob(learner)
+    assert abs(start - math.log(0.5)) < 0.05
+    for _ in range(300):
+        result = learner.train(bandit_batch(learner, gen))
+        assert result["skipped"] == 0
+    end = rewarded_log_prob(learner)
+    assert end > math.log(0.85), (start, end)
+    assert learner.version == 301 and learner.train_steps == 300
+
+
+def test_non_finite_loss_skips_the_step():
+    learner = bandit_learner()
+    batch = bandit_batch(learner, torch.Generator().manual_seed(0))
+    batch["rewards"][0, 0] = math.nan
+    weights = [p.detach().clone() for p in learner.policy.parameters()]
+    normalizer = learner.returns_normalizer.state_dict()
+    normalizer = {k: v.clone() for k, v in normalizer.items()}
+    result = learner.train(batch)
+    assert result["skipped"] == 1 and math.isnan(result["grad_norm"])
+    assert all(torch.equal(a, b) for a, b in zip(weights, learner.policy.parameters(), strict=True))
+    assert all(torch.equal(v, learner.returns_normalizer.state_dict()[k])
+               for k, v in normalizer.items())
+
+
+def test_reward_scale_scales_the_value_targets():
+    losses = []
+    for scale in (1.0, 0.01):
+        learner = bandit_learner(normalize_returns=False)
+        learner.params = replace(learner.params, reward_scale=scale)
+        with torch.no_grad():  # V = 0, so the value loss is the mean squared target
+            learner.policy.model.critic.weight.zero_()
+            learner.policy.model.critic.bias.zero_()
+        batch = bandit_batch(learner, torch.Generator().manual_seed(0))
+        rewards = batch["rewards"].clone()
+        losses.append(learner.train(batch)["value_loss"])
+        assert torch.equal(batch["rewards"], rewards)  # the caller's batch is not modified
+    assert losses[0] > 0.1
+    assert losses[1] == pytest.approx(losses[0] * 0.01**2, rel=1e-3)

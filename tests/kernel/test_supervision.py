@@ -1,0 +1,111 @@
+"""Supervision through real runs: silent processes, restart limits, metrics at one endpoint."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sfbus import Actor
+from tests.kernel.runs import processes_of, start_run, wait_for
+
+pytestmark = pytest.mark.multiprocess
+
+
+class Hanger(Actor):
+    """Blocks its event loop the first time it runs (so it stops heart-beating)."""
+
+    async def on_start(self) -> None:
+        """Hang once: the marker file tells a restarted copy not to."""
+        marker = Path(self.context.run_dir, "hung-once")
+        if not marker.exists():
+            marker.touch()
+            self.every(0.1, lambda: time.sleep(3600))
+        else:
+            self.stop_run("came back after the hang")
+
+
+class Crasher(Actor):
+    """Fails in on_start, every time."""
+
+    async def on_start(self) -> None:
+        """Fail."""
+        raise RuntimeError("cannot start")
+
+
+def _topology(tmp_path: Path, cls: str, run: str = "") -> Path:
+    path = tmp_path / "t.yaml"
+    path.write_text(f"{run}\nprocesses:\n  p: {{restart: always, actors: {{a: {{class: {cls}}}}}}}\n")
+    return path
+
+
+def test_silent_process_is_reported_killed_and_restarted(tmp_path: Path) -> None:
+    topology = _topology(tmp_path, "tests.kernel.test_supervision:Hanger",
+                         "run: {heartbeat_interval_s: 0.2, heartbeat_timeout_s: 2}")
+    run = start_run(topology, tmp_path / "run")
+    _out, err = run.communicate(timeout=60)
+    assert run.returncode == 0, err[-3000:]
+    assert re.search(r"process p stopped heart-beating [0-9.]+ s ago; last activity: a ", err)
+    assert "process p exited with code -9; restarting" in err
+    assert "a asked to stop: came back after the hang" in err
+
+
+def test_restart_limit_fails_the_run_naming_the_process(tmp_path: Path) -> None:
+    topology = _topology(tmp_path, "tests.kernel.test_supervision:Crasher",
+                         "run: {max_restarts: 2, restart_window_s: 60}")
+    run = start_run(topology, tmp_path / "run")
+    _out, err = run.communicate(timeout=60)
+    assert run.returncode == 1
+    assert err.count("RuntimeError: cannot start") >= 3
+    assert ("process p exited with code 1 and was restarted 2 times within 60 s; giving up"
+            in err)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_metrics_of_every_process_at_one_endpoint(tmp_path: Path) -> None:
+    topology = tmp_path / "endless.yaml"
+    topology.write_text(
+        "settings: {count: 1000000000}\n"
+        "processes:\n"
+        "  sender: {actors: {sender: {class: tests.kernel.test_flood:FloodSender}}}\n"
+        "  receiver: {actors: {receiver: {class: tests.kernel.test_flood:FloodReceiver}}}\n"
+        "connections:\n  - {from: sender.sent, to: receiver.on_sent}\n")
+    run_dir = tmp_path / "run"
+    port = _free_port()
+    run = start_run(topology, run_dir, "--metrics-port", str(port))
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return response.read().decode()
+
+    def received() -> float:
+        try:
+            text = scrape()
+        except OSError:
+            return 0.0
+        match = re.search(r'sfbus_bus_signals_received_total\{actor="receiver"\} (\S+)', text)
+        return float(match.group(1)) if match else 0.0
+
+    try:
+        wait_for(lambda: received() > 0, 30, "received signals to be exported")
+        first = received()
+        wait_for(lambda: received() > first, 30, "the counter to grow")
+        text = scrape()
+        run.send_signal(signal.SIGINT)
+        run.communicate(timeout=30)
+    finally:
+        run.kill()
+    assert re.search(r'sfbus_bus_signals_sent_total\{actor="sender"\} [1-9]', text)
+    assert 'sfbus_bus_malformed_total{process="receiver"} 0.0' in text
+    assert re.search(r'sfbus_supervisor_heartbeat_age_seconds\{process="receiver"\} 0\.', text)
+    assert processes_of(run_dir) == {}
