@@ -1,0 +1,46 @@
+"""Learning checks through the full multi-process system, judged by return per env frame."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+TOPOLOGIES = Path(__file__).parents[2] / "topologies"
+
+
+def _run(topology: str, run_dir: Path, *args: str, timeout: float = 600) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "sfbus", "run", str(TOPOLOGIES / topology), "--run-dir",
+         str(run_dir), *args],
+        capture_output=True, text=True, timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stderr
+
+
+def _progress(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+
+
+def test_cartpole_reaches_195_over_100_episodes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _run("cartpole.yaml", run_dir, "--max-frames", "150000", timeout=300)
+    best = max((r["policies"]["0"].get("reward", 0.0), r["env_frames"])
+               for r in _progress(run_dir) if r["policies"].get("0", {}).get("episodes", 0) >= 100)
+    assert best[0] >= 195, f"best 100-episode mean return {best[0]:.1f} within 150k frames"
+
+
+def test_short_doom_run_trains_and_checkpoints(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _run("doom_basic.yaml", run_dir, "--max-frames", "40000", "--set", "num_envs=4",
+         "--set", "batch_size=256")
+    last = _progress(run_dir)[-1]["policies"]["0"]
+    assert last["version"] >= 3
+    assert last["episodes"] > 0
+    checkpoints = sorted((run_dir / "checkpoints" / "policy_0").glob("checkpoint_*.pt"))
+    assert checkpoints, "no checkpoint written"

@@ -1,0 +1,36 @@
+"""Every topology under topologies/ loads, and runs briefly through real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sfbus.topology import load_topology
+
+TOPOLOGIES = sorted((Path(__file__).parents[2] / "topologies").glob("*.yaml"))
+# Small enough for a 2-core CI machine, large enough that every actor does its job.
+SMALL = ["--set", "num_envs=4", "--set", "batch_size=256"]
+
+
+@pytest.mark.parametrize("path", TOPOLOGIES, ids=lambda p: p.stem)
+def test_topology_loads(path: Path) -> None:
+    topology = load_topology(path)
+    assert topology.processes
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("path", TOPOLOGIES, ids=lambda p: p.stem)
+def test_topology_runs_briefly(path: Path, tmp_path: Path) -> None:
+    overrides = SMALL if "num_envs" in load_topology(path).settings else []
+    if path.stem.endswith("_sync"):
+        overrides = ["--set", "num_envs=4", "--set", "batch_size=256"]
+    done = subprocess.run(
+        [sys.executable, "-m", "sfbus", "run", str(path), "--run-dir", str(tmp_path / "run"),
+         "--max-seconds", "12", *overrides],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert " raised " not in done.stderr, done.stderr[-3000:]
