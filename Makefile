@@ -2,8 +2,8 @@
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
-TOPOLOGY ?= topologies/sum_demo.yaml
-ARGS ?=
+TOPOLOGY ?= topologies/doom_basic.yaml
+ARGS ?= --max-frames 1000000
 
 .PHONY: install run test lint clean
 
