@@ -28,6 +28,8 @@ SUPERVISOR_SENDER = -1
 CONTROL_EDGE = -1
 
 Delivery = tuple[int, msgspec.Raw]
+# msgspec raises UnicodeDecodeError for a string that is not UTF-8 (found by the fuzz test).
+_DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)
 
 _data_encoder = msgspec.msgpack.Encoder()
 _data_decoder = msgspec.msgpack.Decoder(tuple[int, list[tuple[int, msgspec.Raw]]])
@@ -45,7 +47,7 @@ def decode_data(frame: bytes) -> tuple[int, list[Delivery]]:
     """
     try:
         return _data_decoder.decode(frame)
-    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+    except _DECODE_ERRORS as error:
         raise FrameError(f"malformed data frame ({len(frame)} bytes): {error}") from None
 
 
@@ -62,7 +64,7 @@ class PayloadDecoder:
         """Decode and validate; raises FrameError when the bytes do not match the type."""
         try:
             return self._decoder.decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        except _DECODE_ERRORS as error:
             raise FrameError(f"bad {self.payload.__name__} payload: {error}") from None
 
 
@@ -134,5 +136,5 @@ def decode_control(frame: bytes) -> Control:
     """Decode a control message; raises FrameError on anything else."""
     try:
         return _control_decoder.decode(frame)
-    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+    except _DECODE_ERRORS as error:
         raise FrameError(f"malformed control frame ({len(frame)} bytes): {error}") from None
