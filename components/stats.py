@@ -7,12 +7,15 @@ Every ``report_every_s`` it logs one line per run and appends a JSON record to
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from components.messages import EpisodeFinished, RolloutProgress, TrainingStats
+from components.status import progress_bar, status_line
 from sfbus import Actor, slot
 from sfbus import metrics as prom
 
@@ -39,6 +42,9 @@ class Stats(Actor):
         """Seconds between reports."""
         average_episodes: int = 100
         """Episodes in the moving average of returns (100, as CartPole's 'solved' bar uses)."""
+        live: Literal["auto", "on", "off"] = "auto"
+        """Redraw one status line in place each second (``auto``: when stderr is a terminal);
+        otherwise log a plain line each report."""
 
     async def on_start(self) -> None:
         """Start the report timer."""
@@ -55,7 +61,30 @@ class Stats(Actor):
                                          "Mean episode length in env steps", ("policy",))
         self._episodes_metric = prom.counter("sfbus_runner_episodes_total", "Finished episodes",
                                              ("policy",))
+        self.live = self.params.live == "on" or (self.params.live == "auto"
+                                                 and sys.stderr.isatty())
         self.every(self.params.report_every_s, self.report)
+        if self.live:
+            self.every(1.0, self.draw)
+
+    async def on_stop(self) -> None:
+        """End the live line so the shell prompt starts on a fresh one."""
+        if self.live:
+            self.draw()
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+    def draw(self) -> None:
+        """Redraw the live status line in place."""
+        now = time.monotonic()
+        self.history.append((now, self.frames))
+        rates = {f"{w:g}s": self.fps(w) for w in _FPS_WINDOWS}
+        limits = self.context.limits if self.context is not None else None
+        bar = progress_bar(limits, self.frames, now - self.started,
+                           rates["60s"]) if limits is not None else ""
+        policies = {str(p): self._policy_record(p, s) for p, s in sorted(self.policies.items())}
+        sys.stderr.write("\r\x1b[2K" + status_line(self.frames, rates, policies, bar))
+        sys.stderr.flush()
 
     def _policy(self, policy: int) -> _PolicyStats:
         stats = self.policies.get(policy)
@@ -114,7 +143,8 @@ class Stats(Actor):
             if stats.last is not None:
                 parts.append(f"v{stats.last.version} lag {stats.last.lag_mean:.1f} "
                              f"loss {stats.last.policy_loss:+.3f}/{stats.last.value_loss:.3f}")
-        self.log.info(" | ".join(parts))
+        if not self.live:
+            self.log.info(" | ".join(parts))
         if self.context is not None and self.context.run_dir is not None:
             with Path(self.context.run_dir, "progress.jsonl").open("a") as out:
                 out.write(json.dumps(record) + "\n")

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sfbus.rundir import RunLimits
 from sfbus.shm import ArraySpec, SharedArray, SharedMemory
 from sfbus.slot_pool import SlotPool
 
@@ -26,6 +27,8 @@ class ActorContext:
     flush: Callable[[], Awaitable[None]]
     request_stop: Callable[[str, str], None]
     add_progress: Callable[[int], None]
+    limits: RunLimits = field(default_factory=RunLimits)
+    """The run's stop conditions, for actors that show progress towards them."""
     _attached: dict[str, SharedArray] = field(default_factory=dict)
     pools: list[SlotPool] = field(default_factory=list)
 

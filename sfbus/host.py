@@ -33,6 +33,7 @@ from sfbus.frames import (
 )
 from sfbus.ratelimit import RateLimitedLog
 from sfbus.routing import RoutingTable
+from sfbus.rundir import RunLimits
 from sfbus.shm import ArraySpec
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,8 @@ class ProcessHost:
     def __init__(self, table: RoutingTable, hosted: Iterable[str], *, run_id: str,
                  run_dir: str | None = None, sock_dir: str | None = None,
                  array_specs: dict[str, ArraySpec] | None = None,
-                 supervisor_address: str | None = None) -> None:
+                 supervisor_address: str | None = None,
+                 limits: RunLimits | None = None) -> None:
         self.table = table
         self.hosted = sorted(hosted)
         self.name = self.hosted[0] if len(self.hosted) == 1 else "serial"
@@ -56,6 +58,7 @@ class ProcessHost:
         self.sock_dir = sock_dir
         self.array_specs = array_specs or {}
         self.supervisor_address = supervisor_address
+        self.limits = limits or RunLimits()
         self.progress = 0
         self.stop_requested = asyncio.Event()
         self.stop_reason = ""
@@ -80,7 +83,7 @@ class ProcessHost:
                     run_id=self.run_id, run_dir=self.run_dir, process=process,
                     replica=instance.replica, table=self.table, array_specs=self.array_specs,
                     flush=self.bus.flush, request_stop=self.request_stop,
-                    add_progress=self.add_progress,
+                    add_progress=self.add_progress, limits=self.limits,
                 )
                 spec = actor_instance.spec
                 actor = actor_instance.cls(actor_instance.name, spec.params, context)

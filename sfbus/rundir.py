@@ -24,6 +24,13 @@ class ArrayEntry(msgspec.Struct, frozen=True):
     dtype: str
 
 
+class RunLimits(msgspec.Struct, frozen=True):
+    """When the run ends by itself (``--max-frames``, ``--max-seconds``); None: no limit."""
+
+    max_frames: int | None = None
+    max_seconds: float | None = None
+
+
 class Manifest(msgspec.Struct, frozen=True):
     """What a child process needs to join the run (``run.json`` in the run directory)."""
 
@@ -31,6 +38,7 @@ class Manifest(msgspec.Struct, frozen=True):
     sock_dir: str
     topology_file: str
     arrays: tuple[ArrayEntry, ...]
+    limits: RunLimits = RunLimits()
 
     def array_specs(self) -> dict[str, ArraySpec]:
         """The run's shared arrays by name."""

@@ -12,6 +12,7 @@ import time
 
 from sfbus.host import ProcessHost
 from sfbus.routing import RoutingTable
+from sfbus.rundir import RunLimits
 from sfbus.shm import SharedMemory, new_run_id
 from sfbus.supervisor import ExitCode, RunOptions
 from sfbus.topology.model import Topology
@@ -27,7 +28,8 @@ async def run_serial(topology: Topology, options: RunOptions) -> ExitCode:
     with SharedMemory.create(run_id, specs) as shm:
         try:
             host = ProcessHost(table, table.processes, run_id=run_id, run_dir=str(options.run_dir),
-                               array_specs={s.name: s for s in specs})
+                               array_specs={s.name: s for s in specs},
+                               limits=RunLimits(options.max_frames, options.max_seconds))
             interrupted = asyncio.Event()
             loop = asyncio.get_running_loop()
             loop.add_signal_handler(signal.SIGINT, interrupted.set)

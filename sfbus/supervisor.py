@@ -49,6 +49,7 @@ from sfbus.routing import RoutingTable
 from sfbus.rundir import (
     ArrayEntry,
     Manifest,
+    RunLimits,
     choose_sock_dir,
     make_private_dir,
     remove_sock_dir,
@@ -171,8 +172,9 @@ class Supervisor:
         for actor in self.table.actors.values():
             specs.extend(actor.cls.shared_arrays(actor.name, actor.spec.params, self.topology))
         entries = tuple(ArrayEntry(s.name, tuple(s.shape), s.dtype) for s in specs)
+        limits = RunLimits(self.options.max_frames, self.options.max_seconds)
         write_manifest(self.run_dir, Manifest(self.run_id, str(self.sock_dir), snapshot.name,
-                                              entries))
+                                              entries, limits))
         return specs
 
     def _start_metrics_server(self) -> None:

@@ -1,0 +1,257 @@
+"""The sfbus side of ``bench/throughput.py``: its topologies, running them, and the process tree.
+
+The sampler topologies take their data-path settings (T, batch size, splits) from
+``topologies/doom_basic.yaml``, so that the sampler and the full training run collect with the
+same buffers; they replace the batcher and learner by ``bench.throughput:TrajectorySink``, which
+hands every finished slot straight back. A case runs under the real ``sfbus run``; its rate is
+read from the stats actor's ``progress.jsonl`` over a window that starts ``warmup`` seconds after
+the first frames, and every process of the run (VizDoom engines included) is sampled from
+``/proc`` at the window's two ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAINING = "topologies/doom_basic.yaml"
+# Frequent reports, so that the window's ends fall within ~0.1 s of where the bench wants them.
+REPORTING = {"progress_interval_s": 0.1, "report_every_s": 0.5}
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+# ----- topologies ---------------------------------------------------------------------------
+
+def affinity(workers: int) -> list[int]:
+    """One core per rollout worker, wrapping around the machine's cores as sfbus does."""
+    return [i % (os.cpu_count() or 1) for i in range(workers)]
+
+
+def sampler_topology(env: str, workers: int, envs: int, random_actions: bool) -> str:
+    """Rollout workers, one inference worker and the sink: the sampler without learning."""
+    from sfbus.topology import load_topology
+
+    settings = dict(load_topology(str(ROOT / TRAINING)).settings)
+    settings.update(env=env, num_envs=envs, **REPORTING)
+    doc = {
+        "name": "bench-sampler",
+        "settings": settings,
+        "processes": {
+            "rollout": {"replicas": workers, "cpu_affinity": affinity(workers), "restart": "never",
+                        "actors": {"rollout": {"class": "components.rollout:RolloutWorker"}}},
+            "inference": {"restart": "never", "actors": {"inference": {
+                "class": "components.inference:InferenceWorker",
+                "params": {"random_actions": random_actions}}}},
+            "sink": {"restart": "never", "actors": {
+                "sink": {"class": "bench.throughput:TrajectorySink"},
+                "stats": {"class": "components.stats:Stats"}}},
+        },
+        "connections": [
+            {"from": "rollout.inference_requested", "to": "inference.on_inference_requested",
+             "mode": "any"},
+            {"from": "inference.actions_ready", "to": "rollout.on_actions_ready", "mode": "any"},
+            {"from": "rollout.trajectory_ready", "to": "sink.on_trajectory_ready"},
+            {"from": "sink.slots_released", "to": "rollout.on_slots_released", "mode": "any"},
+            {"from": "rollout.episode_finished", "to": "stats.on_episode_finished"},
+            {"from": "rollout.rollout_progress", "to": "stats.on_rollout_progress"},
+        ],
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def training_overrides(env: str, workers: int, envs: int) -> list[str]:
+    """``--set`` arguments that give ``topologies/doom_basic.yaml`` this bench's sizes."""
+    cores = ",".join(map(str, affinity(workers)))
+    sets = [f"env={env}", f"num_envs={envs}", f"processes.rollout.replicas={workers}",
+            f"processes.rollout.cpu_affinity=[{cores}]"]
+    sets += [f"{k}={v}" for k, v in REPORTING.items()]
+    return [arg for s in sets for arg in ("--set", s)]
+
+
+# ----- the process tree ---------------------------------------------------------------------
+
+@dataclass
+class ProcStat:
+    """One process at one instant: its group name, CPU ticks so far, resident and proportional
+    memory in bytes."""
+
+    name: str
+    ticks: int
+    rss: int
+    pss: int
+
+
+def _stat(pid: int) -> tuple[int, str, int, int]:
+    """(ppid, comm, utime + stime ticks, rss bytes) of ``pid`` from ``/proc/<pid>/stat``."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    comm = text[text.index("(") + 1:text.rindex(")")]
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[1]), comm, int(fields[11]) + int(fields[12]), int(fields[21]) * _PAGE
+
+
+def _pss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+
+
+def snapshot(roots: dict[int, str]) -> dict[int, ProcStat]:
+    """Every process under ``roots`` (pid -> name): an ``sfbus.child`` is named by its process,
+    an engine by its parent's name and its command (``rollout.0 vizdoom``)."""
+    stats: dict[int, tuple[int, str, int, int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stats[int(entry)] = _stat(int(entry))
+            except (OSError, ValueError, IndexError):  # exited while we looked
+                pass
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, *_) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    out: dict[int, ProcStat] = {}
+    todo = [(pid, name) for pid, name in roots.items() if pid in stats]
+    while todo:
+        pid, name = todo.pop()
+        _, comm, ticks, rss = stats[pid]
+        out[pid] = ProcStat(name, ticks, rss, _pss(pid))
+        for child in children.get(pid, ()):
+            try:
+                argv = _cmdline(child)
+            except OSError:
+                continue
+            if "sfbus.child" in argv:
+                todo.append((child, argv[-1]))
+            else:
+                todo.append((child, f"{name} {stats[child][1]}"))
+    return out
+
+
+def cpu_shares(before: dict[int, ProcStat], after: dict[int, ProcStat],
+               seconds: float) -> dict[str, tuple[float, int]]:
+    """Cores used by each group of processes between two snapshots, and its process count."""
+    groups: dict[str, tuple[float, int]] = {}
+    for pid, stat in after.items():
+        start = before.get(pid)
+        used = (stat.ticks - (start.ticks if start else 0)) / _TICKS / seconds
+        share, count = groups.get(stat.name, (0.0, 0))
+        groups[stat.name] = (share + used, count + 1)
+    return groups
+
+
+# ----- running a topology ---------------------------------------------------------------------
+
+@dataclass
+class Window:
+    """What one measured window saw: frames, seconds, CPU by process group, memory."""
+
+    frames: int
+    seconds: float
+    cpu: dict[str, tuple[float, int]]
+    rss: int
+    pss: int
+    startup_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        """Env frames per second over the window."""
+        return self.frames / self.seconds if self.seconds else 0.0
+
+
+def measure(roots: dict[int, str], frames_now: Callable[[], tuple[float, int]],
+            wait: Callable[[float], tuple[float, int]], warmup: float, seconds: float) -> Window:
+    """Sample the process tree around a window; ``wait(t)`` blocks until the frame clock reaches
+    ``t`` and returns (clock, frames) then, ``frames_now()`` the current pair."""
+    first, _ = frames_now()
+    t0, frames0 = wait(first + warmup)
+    snap0, wall0 = snapshot(roots), time.monotonic()
+    t1, frames1 = wait(t0 + seconds)
+    snap1, wall1 = snapshot(roots), time.monotonic()
+    return Window(frames1 - frames0, t1 - t0, cpu_shares(snap0, snap1, wall1 - wall0),
+                  sum(s.rss for s in snap1.values()), sum(s.pss for s in snap1.values()))
+
+
+class _Progress:
+    """Tails a run's ``progress.jsonl``; fails fast when the run exits before the window ends."""
+
+    def __init__(self, path: Path, proc: subprocess.Popen[bytes], log: Path,
+                 timeout: float) -> None:
+        self.path, self.proc, self.log = path, proc, log
+        self.deadline = time.monotonic() + timeout
+        self.offset = 0
+        self.last: tuple[float, int] = (0.0, 0)
+
+    def _poll(self) -> bool:
+        if self.proc.poll() is not None:
+            raise SystemExit(f"sfbus run exited ({self.proc.returncode}) before the window "
+                             f"ended:\n{self.log.read_text()[-3000:]}")
+        if time.monotonic() > self.deadline:
+            raise SystemExit(f"sfbus run: no progress in time\n{self.log.read_text()[-3000:]}")
+        if not self.path.exists():
+            return False
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+        complete = chunk[:chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        for line in complete.splitlines():
+            record = json.loads(line)
+            self.last = (float(record["time"]), int(record["env_frames"]))
+        return bool(complete)
+
+    def until(self, accept: Callable[[tuple[float, int]], bool]) -> tuple[float, int]:
+        """Block until a record satisfies ``accept``; return its (time, frames)."""
+        while not (self._poll() and accept(self.last)):
+            time.sleep(0.01)
+        return self.last
+
+
+def run_sfbus(args: list[str], warmup: float, seconds: float, tmp: Path,
+              topology: str | None = None) -> Window:
+    """``sfbus run`` with ``args`` (``topology`` text is written to ``tmp/bench.yaml`` first),
+    measured over ``seconds`` after a ``warmup`` that starts with the first frames."""
+    if topology is not None:
+        (tmp / "bench.yaml").write_text(topology)
+    log = tmp / "output.txt"
+    limit = 300 + warmup + seconds
+    started = time.monotonic()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sfbus", "run", *args, "--run-dir", str(tmp / "run"),
+             "--max-seconds", str(limit)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        progress = _Progress(tmp / "run" / "progress.jsonl", proc, log, timeout=limit)
+        first = progress.until(lambda r: r[1] > 0)
+        startup = time.monotonic() - started
+        window = measure({proc.pid: "supervisor"}, lambda: first,
+                         lambda t: progress.until(lambda r: r[0] >= t), warmup, seconds)
+        window.startup_s = startup
+        return window
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # graceful: the supervisor stops every process
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

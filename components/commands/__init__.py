@@ -1,0 +1,1 @@
+"""``sfbus`` sub-commands of the RL components (registered under ``sfbus.commands``)."""

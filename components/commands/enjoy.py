@@ -1,0 +1,5 @@
+"""placeholder"""
+
+
+def register(subparsers):  # noqa: D103
+    pass
