@@ -11,6 +11,8 @@ the first frames, and every process of the run (VizDoom engines included) is sam
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -41,9 +43,12 @@ def affinity(workers: int) -> list[int]:
 
 def sampler_topology(env: str, workers: int, envs: int, random_actions: bool) -> str:
     """Rollout workers, one inference worker and the sink: the sampler without learning."""
+    from components.config import DataPathParams
     from sfbus.topology import load_topology
 
-    settings = dict(load_topology(str(ROOT / TRAINING)).settings)
+    data_path = {f.name for f in dataclasses.fields(DataPathParams)}
+    settings = {k: v for k, v in load_topology(str(ROOT / TRAINING)).settings.items()
+                if k in data_path}
     settings.update(env=env, num_envs=envs, **REPORTING)
     doc = {
         "name": "bench-sampler",
@@ -121,10 +126,8 @@ def snapshot(roots: dict[int, str]) -> dict[int, ProcStat]:
     stats: dict[int, tuple[int, str, int, int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
+            with contextlib.suppress(OSError, ValueError, IndexError):  # exited while we looked
                 stats[int(entry)] = _stat(int(entry))
-            except (OSError, ValueError, IndexError):  # exited while we looked
-                pass
     children: dict[int, list[int]] = {}
     for pid, (ppid, *_) in stats.items():
         children.setdefault(ppid, []).append(pid)
@@ -132,7 +135,7 @@ def snapshot(roots: dict[int, str]) -> dict[int, ProcStat]:
     todo = [(pid, name) for pid, name in roots.items() if pid in stats]
     while todo:
         pid, name = todo.pop()
-        _, comm, ticks, rss = stats[pid]
+        _, _, ticks, rss = stats[pid]
         out[pid] = ProcStat(name, ticks, rss, _pss(pid))
         for child in children.get(pid, ()):
             try:

@@ -31,10 +31,12 @@ def _load(args: argparse.Namespace):
 def cmd_run(args: argparse.Namespace) -> int:
     """Start a topology and supervise it until it ends."""
     from sfbus.loop import run
+    from sfbus.routing import RoutingTable
     from sfbus.rundir import default_run_dir
     from sfbus.supervisor import RunOptions, Supervisor
 
     topology = _load(args)
+    RoutingTable(topology).array_specs()  # impossible sizes are bad input: check before starting
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / "run.json").is_file():
@@ -53,7 +55,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Check a topology file and print a one-line summary."""
+    from sfbus.routing import RoutingTable
+
     topology = _load(args)
+    RoutingTable(topology).array_specs()
     actors = sum(len(p.actors) * p.replicas for p in topology.processes)
     processes = sum(p.replicas for p in topology.processes)
     print(f"{args.topology}: ok ({processes} processes, {actors} actors, "

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from sfbus.errors import TopologyError
 from sfbus.messages import Message
+from sfbus.shm import ArraySpec
 from sfbus.topology import import_actor_class
 from sfbus.topology.model import ActorSpec, ProcessSpec, Topology
 
@@ -104,6 +106,25 @@ class RoutingTable:
                 route = Route(source.name, conn.signal, conn.mode, tuple(route_edges))
                 self.routes.setdefault(source.name, []).append(route)
         self.edges = tuple(edges)
+
+    def array_specs(self) -> list[ArraySpec]:
+        """Every shared array the run's actors declare, checked before anything starts.
+
+        An actor that cannot size its buffers from its parameters (``ValueError``) is reported
+        as a TopologyError at that actor's place in the file.
+        """
+        specs: list[ArraySpec] = []
+        for actor in self.actors.values():
+            try:
+                specs.extend(actor.cls.shared_arrays(actor.name, actor.spec.params,
+                                                     self.topology))
+            except ValueError as error:
+                where = actor.spec.location
+                raise TopologyError(
+                    str(error), file=where.file if where else self.topology.path,
+                    line=where.line if where else None, column=where.column if where else None,
+                    key=f"actor {actor.spec.name!r}") from None
+        return specs
 
     def edges_into(self, process: str) -> dict[int, Edge]:
         """Edges whose target lives in ``process``, by id."""

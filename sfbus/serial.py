@@ -22,8 +22,7 @@ async def run_serial(topology: Topology, options: RunOptions) -> ExitCode:
     """Run ``topology`` on this loop until an actor stops it, a limit is hit, or Ctrl-C."""
     table = RoutingTable(topology)
     run_id = new_run_id()
-    specs = [s for a in table.actors.values()
-             for s in a.cls.shared_arrays(a.name, a.spec.params, topology)]
+    specs = table.array_specs()
     outcome = ExitCode.FINISHED
     with SharedMemory.create(run_id, specs) as shm:
         try:

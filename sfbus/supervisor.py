@@ -168,9 +168,7 @@ class Supervisor:
         self.sock_dir = choose_sock_dir(self.run_dir, self.run_id)
         snapshot = self.run_dir / "topology.yaml"
         snapshot.write_text(yaml.safe_dump(self.document, sort_keys=False))
-        specs = []
-        for actor in self.table.actors.values():
-            specs.extend(actor.cls.shared_arrays(actor.name, actor.spec.params, self.topology))
+        specs = self.table.array_specs()
         entries = tuple(ArrayEntry(s.name, tuple(s.shape), s.dtype) for s in specs)
         limits = RunLimits(self.options.max_frames, self.options.max_seconds)
         write_manifest(self.run_dir, Manifest(self.run_id, str(self.sock_dir), snapshot.name,

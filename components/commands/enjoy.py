@@ -1,5 +1,284 @@
-"""placeholder"""
+"""``sfbus enjoy RUN_DIR``: watch a trained policy play, print its returns, optionally film it.
+
+The run's own topology snapshot (``RUN_DIR/topology.yaml``) says how the policy was trained: the
+learner actor of ``--policy`` carries the env, its arguments and the model config. The newest
+checkpoint of that policy is loaded into a fresh policy, which then plays episodes in one env in
+this process the way the rollout and inference workers do: observations through the normalizer in
+eval mode, RNN state carried between steps and zeroed after an agent's episode ends.
+
+Video convention: one frame per step, the frame the agent saw when it chose that step's action
+(the first is the episode's reset frame). A video of N steps has N frames; the frame after an
+episode's last step is not shown because the env resets at once (its "next" frame is the next
+episode's first). Frames are the env's native picture: 160x120 for VizDoom (the model sees it
+resized), gymnasium's ``rgb_array`` render for ``gym:`` envs. ``.mp4`` streams through the ffmpeg
+binary shipped with ``imageio-ffmpeg``; ``.gif`` holds frames in memory until the end and, being
+GIF, merges identical consecutive frames (so it can have fewer), so keep GIFs short.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BAD_INPUT = 2
+_VIDEO_FORMATS = (".mp4", ".gif")
+_DOOM_TICS_PER_SECOND = 35.0  # VizDoom's game clock; default video rate for envs without one
 
 
-def register(subparsers):  # noqa: D103
-    pass
+class EnjoyError(Exception):
+    """Bad input to ``sfbus enjoy``: printed as one ``error:`` line, exit code 2."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``enjoy`` sub-command (the ``sfbus.commands`` entry point)."""
+    parser = subparsers.add_parser(
+        "enjoy", help="watch a trained policy play (returns, video)",
+        description="Play episodes with the newest checkpoint of a run's policy; print each "
+                    "episode's return and length, optionally record a video.")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory of `sfbus run`")
+    parser.add_argument("--policy", type=int, default=None, metavar="N",
+                        help="policy id (default: the run's only policy)")
+    parser.add_argument("--checkpoint", metavar="PATH",
+                        help="checkpoint file (default: newest in RUN_DIR/checkpoints/policy_N)")
+    parser.add_argument("--episodes", type=int, default=3, metavar="K",
+                        help="episodes to play (default: 3)")
+    parser.add_argument("--video", metavar="OUT",
+                        help="record the frames the agent saw to OUT.mp4 or OUT.gif")
+    parser.add_argument("--fps", type=float, default=None,
+                        help="video frame rate (default: the env's real-time rate)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="take the most likely action instead of sampling")
+    parser.add_argument("--max-steps", type=int, default=None, metavar="N",
+                        help="cut an episode after N steps (it still counts)")
+    parser.add_argument("--seed", type=int, default=None, help="env seed (default: random)")
+    parser.set_defaults(func=cmd_enjoy)
+
+
+def cmd_enjoy(args: argparse.Namespace) -> int:
+    """Run ``sfbus enjoy``; bad input is one ``error:`` line on stderr and exit code 2."""
+    try:
+        return enjoy(args)
+    except EnjoyError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return BAD_INPUT
+
+
+def enjoy(args: argparse.Namespace) -> int:
+    """Load the policy, play ``args.episodes`` episodes, print returns; raises EnjoyError."""
+    if args.episodes < 1:
+        raise EnjoyError(f"--episodes must be >= 1, not {args.episodes}")
+    if args.max_steps is not None and args.max_steps < 1:
+        raise EnjoyError(f"--max-steps must be >= 1, not {args.max_steps}")
+    video = Path(args.video) if args.video else None
+    if video is not None and video.suffix.lower() not in _VIDEO_FORMATS:
+        raise EnjoyError(f"--video {video}: unsupported format {video.suffix or '(none)'!r}; "
+                         f"use {' or '.join(_VIDEO_FORMATS)}")
+    run_dir = Path(args.run_dir)
+    params = learner_params(run_dir, args.policy)
+    policy, path, state = load_policy(run_dir, params, args.checkpoint)
+    print(f"policy {params.policy} of {run_dir}: {path.name} (version {state['version']}, "
+          f"{state['env_frames']:,} env frames), env {params.env}")
+
+    env = _make_env(params, render=video is not None)
+    try:
+        writer = None
+        if video is not None:
+            render, default_fps = frame_source(env, params.env)
+            writer = VideoWriter(video, args.fps or default_fps, render)
+        try:
+            episodes = play(policy, params, env, args.episodes, deterministic=args.deterministic,
+                            max_steps=args.max_steps, seed=args.seed,
+                            on_frame=writer.append if writer else None)
+        finally:
+            if writer is not None:
+                writer.close()
+    finally:
+        env.close()
+    for i, (ret, length, cut) in enumerate(episodes, 1):
+        print(f"episode {i}: return {ret:.2f}, length {length}"
+              + (" (cut at --max-steps)" if cut else ""))
+    returns = [e[0] for e in episodes]
+    lengths = [e[1] for e in episodes]
+    print(f"mean return {sum(returns) / len(returns):.2f}, mean length "
+          f"{sum(lengths) / len(lengths):.1f} over {len(episodes)} episodes")
+    if writer is not None:
+        print(f"video {video}: {writer.frames} frames, {writer.size[0]}x{writer.size[1]}")
+    return 0
+
+
+def learner_params(run_dir: Path, policy: int | None) -> Any:
+    """The Params of the learner of ``policy`` in the run's topology snapshot."""
+    snapshot = run_dir / "topology.yaml"
+    if not snapshot.is_file():
+        raise EnjoyError(f"{run_dir}: not a run directory (no topology.yaml)")
+    from components.learner import Learner
+    from sfbus.topology import load_topology
+    from sfbus.topology.loader import import_actor_class
+
+    topology = load_topology(snapshot)
+    learners = {spec.params.policy: spec.params
+                for process in topology.processes for spec in process.actors
+                if issubclass(import_actor_class(spec.class_path), Learner)}
+    if not learners:
+        raise EnjoyError(f"{snapshot}: no learner actor (class components.learner:Learner)")
+    known = ", ".join(str(p) for p in sorted(learners))
+    if policy is None:
+        if len(learners) > 1:
+            raise EnjoyError(f"{run_dir} trains policies {known}; choose one with --policy")
+        return next(iter(learners.values()))
+    if policy not in learners:
+        raise EnjoyError(f"--policy {policy}: {run_dir} trains only policy {known}")
+    return learners[policy]
+
+
+def load_policy(run_dir: Path, params: Any, checkpoint: str | None) -> tuple[Any, Path, dict]:
+    """The policy of ``params`` in eval mode with the checkpoint's weights, its path and state."""
+    from components.checkpoint import (
+        CheckpointError,
+        config_fingerprint,
+        latest_checkpoint,
+        load_checkpoint,
+    )
+    from components.policy import build_policy
+
+    if checkpoint is not None:
+        path = Path(checkpoint)
+        if not path.is_file():
+            raise EnjoyError(f"--checkpoint {path}: no such file")
+    else:
+        folder = run_dir / "checkpoints" / f"policy_{params.policy}"
+        found = latest_checkpoint(folder)
+        if found is None:
+            raise EnjoyError(f"{run_dir}: no checkpoint of policy {params.policy} in {folder} "
+                             "(a run writes one every checkpoint_every_s and when it stops)")
+        path = found
+    try:
+        state = load_checkpoint(path, config_fingerprint(params.env, params.model))
+    except CheckpointError as error:
+        raise EnjoyError(str(error)) from None
+    policy = build_policy(params)
+    policy.load_state_dict(state["policy"])
+    policy.eval().requires_grad_(False)
+    return policy, path, state
+
+
+def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bool = False,
+         max_steps: int | None = None, seed: int | None = None,
+         on_frame: Callable[[], None] | None = None) -> list[tuple[float, int, bool]]:
+    """Play until ``episodes`` agent-episodes end; each is (return, length, cut at max_steps).
+
+    ``on_frame`` is called before every step (the frame the agent is about to act on).
+    """
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)  # batch of one: more threads only contend for the cores
+    spec = env.spec
+    n = spec.num_agents
+    obs = spec.empty_obs()
+    obs_t = {k: torch.from_numpy(v) for k, v in obs.items()}  # views: refilled in place by step
+    returns = np.zeros(n)
+    lengths = np.zeros(n, np.int64)
+    rnn = torch.zeros(n, params.state_size)
+    done: list[tuple[float, int, bool]] = []
+    env.reset_into(obs, seed=seed)
+    with torch.inference_mode():
+        while len(done) < episodes:
+            if on_frame is not None:
+                on_frame()
+            out = policy.model.forward_step(policy.obs_normalizer(obs_t), rnn,
+                                            deterministic=deterministic)
+            actions = out.actions.reshape(n, *spec.action_shape).numpy()
+            rewards, terminated, truncated, _ = env.step_into(
+                actions.astype(spec.action_dtype, copy=False), obs)
+            returns += rewards
+            lengths += 1
+            ended = terminated | truncated
+            rnn = out.rnn_state
+            rnn[torch.from_numpy(ended)] = 0.0
+            for agent in np.flatnonzero(ended):
+                done.append((float(returns[agent]), int(lengths[agent]), False))
+            returns[ended] = 0.0
+            lengths[ended] = 0
+            if max_steps is not None and lengths.max() >= max_steps and len(done) < episodes:
+                # Cut every agent's running episode (the interface resets all agents at once).
+                done += [(float(returns[a]), int(lengths[a]), True) for a in range(n)
+                         if lengths[a] > 0]
+                returns[:] = 0.0
+                lengths[:] = 0
+                rnn.zero_()
+                env.reset_into(obs)
+    return done[:episodes]
+
+
+def _make_env(params: Any, *, render: bool) -> Any:
+    from components.envs import make_env
+
+    kwargs = dict(params.env_kwargs)
+    if render and params.env.startswith("gym:"):
+        kwargs.setdefault("render_mode", "rgb_array")
+    return make_env(params.env, **kwargs)
+
+
+def frame_source(env: Any, name: str) -> tuple[Callable[[], Any], float]:
+    """The env's frame reader for videos (native RGB ``[H, W, 3]``) and its real-time rate."""
+    render = getattr(env, "render", None)
+    if callable(render):  # VizDoom's native frame (and any env of ours with a render())
+        return render, _DOOM_TICS_PER_SECOND / env.spec.frameskip
+    inner = getattr(env, "env", None)  # a gymnasium env inside our adapter
+    if inner is not None and getattr(inner, "render_mode", None) == "rgb_array":
+        return inner.render, float(inner.metadata.get("render_fps") or 30)
+    raise EnjoyError(f"--video: env {name} has no frames to record (no render() method)")
+
+
+class VideoWriter:
+    """Frames from ``render()`` into an ``.mp4`` (streamed through ffmpeg) or a ``.gif``."""
+
+    def __init__(self, path: Path, fps: float, render: Callable[[], Any]) -> None:
+        self.path = path
+        self.fps = fps
+        self.render = render
+        self.frames = 0
+        self.size = (0, 0)
+        """(width, height) of the frames as written."""
+        self._gif = path.suffix.lower() == ".gif"
+        self._held: list[Any] = []
+        self._stream: Any = None
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def append(self) -> None:
+        """Render the env's current frame and add it."""
+        import numpy as np
+
+        frame = np.asarray(self.render())[..., :3]
+        if self._gif:
+            self._held.append(frame.copy())  # GIF encoders want every frame at the end
+        else:
+            # yuv420p needs even sides: pad odd ones by one edge row / column
+            h, w = frame.shape[:2]
+            if h % 2 or w % 2:
+                frame = np.pad(frame, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge")
+            if self._stream is None:
+                import imageio.v2 as imageio
+
+                self._stream = imageio.get_writer(
+                    self.path, format="FFMPEG", mode="I", fps=self.fps, codec="libx264",
+                    macro_block_size=1, ffmpeg_log_level="error")
+            self._stream.append_data(frame)
+        self.size = (frame.shape[1], frame.shape[0])
+        self.frames += 1
+
+    def close(self) -> None:
+        """Finish the file (safe to call twice)."""
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        elif self._held:
+            import imageio.v3 as iio
+
+            iio.imwrite(self.path, self._held, extension=".gif", duration=1000.0 / self.fps,
+                        loop=0)
+            self._held = []

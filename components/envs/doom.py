@@ -176,6 +176,7 @@ class DoomEnv(MultiAgentEnv):
         self._nbuttons = len(g.get_available_buttons())
         self._interp = _INTERPOLATION[interpolation]
         self._hwc = np.empty((self._wh[1], self._wh[0], 3), np.uint8)
+        self._screen: np.ndarray | None = None  # the last native frame, for render()
         fields = {"obs": ObsField((3, self._wh[1], self._wh[0]), "uint8")}
         if use_meas:
             fields["measurements"] = ObsField((len(ds.MEASUREMENTS),), "float32")
@@ -196,6 +197,18 @@ class DoomEnv(MultiAgentEnv):
     def game(self) -> vzd.DoomGame:
         """The underlying `vizdoom.DoomGame` (for inspection; do not step it directly)."""
         return self._game
+
+    def render(self) -> np.ndarray:
+        """The frame of the current observation at the native 160x120: RGB uint8 `(120, 160, 3)`.
+
+        What `sfbus enjoy --video` records; costs nothing per step (the engine hands us a fresh
+        array per state, so keeping a reference to the last one is enough).
+        """
+        if self._screen is None:
+            raise RuntimeError("call reset() before render()")
+        if self._resize:  # RGB24, already HWC
+            return self._screen
+        return np.ascontiguousarray(self._screen.transpose(1, 2, 0))  # CRCGCB -> HWC
 
     def reset_into(self, obs_out: ObsDict, seed: int | None = None) -> None:
         """Start a new episode and write its first observation into `obs_out` row 0."""
@@ -253,6 +266,7 @@ class DoomEnv(MultiAgentEnv):
         return vec
 
     def _write_obs(self, state: vzd.GameState, obs_out: ObsDict) -> None:
+        self._screen = state.screen_buffer
         if self._resize:  # screen_buffer is (120, 160, 3) RGB24
             cv2.resize(state.screen_buffer, self._wh, dst=self._hwc, interpolation=self._interp)
             np.copyto(obs_out["obs"][0], self._hwc.transpose(2, 0, 1))

@@ -41,8 +41,7 @@ async def hosted(topology: Topology, transport: str) -> AsyncIterator[dict]:
     """
     table = RoutingTable(topology)
     run_id = new_run_id()
-    specs = [s for a in table.actors.values()
-             for s in a.cls.shared_arrays(a.name, a.spec.params, topology)]
+    specs = table.array_specs()
     shm = SharedMemory.create(run_id, specs)
     hosts: list[ProcessHost] = []
     with tempfile.TemporaryDirectory(prefix="sfbus-test-") as sock_dir:

@@ -44,3 +44,12 @@ def test_resume_of_a_non_run_directory_is_exit_2(tmp_path: Path,
 def test_clean_reports_count(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["clean"]) == 0
     assert capsys.readouterr().out.endswith("stale segment(s) removed\n")
+
+
+def test_impossible_sizes_are_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    topologies = Path(__file__).parents[2] / "topologies"
+    assert main(["validate", str(topologies / "doom_basic_sync.yaml"), "--set", "num_envs=6"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {topologies / 'appo.yaml'}:12:7: actor 'rollout': sync mode: batch_size 1024 must be a "
+        "multiple of rollout x agents = 32 x 12 (every agent of every worker contributes the same "
+        "number of trajectories)\n")

@@ -59,7 +59,8 @@ def test_random_bytes_raise_only_frame_error(data: bytes) -> None:
             pass
 
 
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+@given(st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
+                    | st.text(max_size=5),
                     lambda inner: st.lists(inner, max_size=4), max_leaves=12))
 def test_random_msgpack_raises_only_frame_error(value: object) -> None:
     data = msgspec.msgpack.encode(value)

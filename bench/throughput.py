@@ -1,0 +1,298 @@
+"""Env frames/s of pure simulation, of the sampler alone and of full training, side by side.
+
+``python -m bench.throughput [--seconds S] [--workers 2] [--envs 16] [--env doom_basic]
+[--write-docs] [--quick]`` runs four cases one after another, each in fresh processes:
+
+1. pure simulation: ``--workers`` spawn processes, each pinned to its own core before it creates
+   its envs (so the VizDoom engines inherit the pin), stepping ``--envs`` envs with random actions
+   through ``step_into`` into preallocated rows (the system's own observation preprocessing);
+2. the sampler with a trivial policy: rollout workers, an inference worker drawing random actions
+   and :class:`TrajectorySink` in place of the learner, under ``sfbus run``;
+3. the sampler with the real model (conv + GRU, initial weights; no learner);
+4. full training: ``topologies/doom_basic.yaml`` at the same workers and envs.
+
+Each rate is taken over a window of ``--seconds`` that starts ``--warmup`` seconds after the first
+frames; the CPU time of every process (VizDoom engines included) and the memory are sampled from
+``/proc`` at the window's ends. See ``bench/throughput_topologies.py`` for the sfbus side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing as mp
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import throughput_topologies as tt
+from components.messages import SlotsReleased, TrajectoryReady
+from sfbus import Actor, Signal, slot
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs" / "BENCHMARKS.md"
+SECTION = "## Throughput: simulation, sampler, training"
+# Sample Factory on this machine, doom_basic, 2 workers x 16 envs: quoted from the issue.
+SF_SAMPLER, SF_TRAINING = 6_600, 3_000
+CASES = {"sim": "pure simulation", "random": "sampler, random actions",
+         "model": "sampler, real model", "train": "full training"}
+ABOUT = """Cases run one after another, each in fresh processes, with %(workers)d rollout
+workers (or simulation processes) of %(envs)d envs each, every one pinned to its own core with
+the VizDoom engines it starts. A rate is env frames (agent steps x frameskip) per second over a
+%(seconds)g s window that starts %(warmup)g s after the first frames, so start-up is left out.
+*Pure simulation* steps the envs with random actions through `step_into` into preallocated rows
+(the same 128x72 resize and CHW copy as the system), nothing else. The *sampler* cases run `sfbus
+run` on a generated topology: the rollout workers, one inference worker (random actions drawn by
+the worker, or the default model, conv + GRU 512, serving its initial weights) and a sink actor
+(`bench.throughput:TrajectorySink`) that hands each finished slot straight back, with the stats
+actor; its data-path settings (T, batch size, splits) are those of `%(training)s`. *Full
+training* is `sfbus run %(training)s %(sets)s`. Rates of the sfbus cases come from
+`progress.jsonl` (reports every 0.5 s, rollout progress every 0.1 s). CPU is the `/proc`
+utime+stime of every process over the window, in cores (1.00 = one core busy); memory sums RSS
+(shared memory counted in each process that maps it) and PSS (counted once). The machine is
+shared with other work, so figures are noisy."""
+
+
+class TrajectorySink(Actor):
+    """Stands in for the batcher and learner: hands every finished slot straight back."""
+
+    component = "sink"
+    slots_released = Signal(SlotsReleased, "a finished slot may be refilled")
+
+    @slot
+    def on_trajectory_ready(self, msg: TrajectoryReady) -> None:
+        """Release the slot at once, to its own worker."""
+        self.slots_released.emit(SlotsReleased(msg.worker, (msg.slot,)), key=msg.worker)
+
+
+# ----- pure simulation ----------------------------------------------------------------------
+
+def _random_actions(rng: np.random.Generator, spec: Any, n: int) -> np.ndarray:
+    if spec.is_continuous:
+        return rng.standard_normal((n, *spec.action_shape), dtype=np.float32)
+    return rng.integers(0, np.asarray(spec.action_heads), size=(n, len(spec.action_heads)))
+
+
+def _simulate(env: str, envs: int, core: int, rollout: int, steps: Any, ready: Any,
+              stop: Any) -> None:
+    """One simulation process: pin, make envs, step them with random actions until ``stop``."""
+    os.sched_setaffinity(0, [core])  # before the envs, so that their engine processes inherit it
+    with contextlib.suppress(ImportError):
+        import cv2
+
+        cv2.setNumThreads(1)
+    from components.envs import EnvError, make_env
+
+    made = [make_env(env) for _ in range(envs)]
+    spec = made[0].spec
+    na = spec.num_agents
+    # Rows as in a trajectory buffer, [agents, T+1, ...]: each step writes the next column.
+    obs = {k: np.zeros((envs * na, rollout + 1, *f.shape), f.dtype)
+           for k, f in spec.observation_space.items()}
+    outs = [[{k: a[e * na:(e + 1) * na, t] for k, a in obs.items()} for e in range(envs)]
+            for t in range(rollout + 1)]
+    for e, m in enumerate(made):
+        m.reset_into(outs[0][e], seed=1000 * core + e)
+    rng = np.random.default_rng(core)
+    ready.put(spec.frameskip)
+    t = 0
+    while not stop.is_set():
+        t = t % rollout + 1
+        actions = _random_actions(rng, spec, envs * na)
+        for e in range(envs):
+            try:
+                made[e].step_into(actions[e * na:(e + 1) * na], outs[t][e])
+            except EnvError:  # as the rollout worker does: replace the broken env
+                made[e].close()
+                made[e] = make_env(env)
+                made[e].reset_into(outs[t][e])
+        steps.value += envs * na
+    for m in made:
+        m.close()
+
+
+def pure_simulation(env: str, workers: int, envs: int, warmup: float,
+                    seconds: float) -> tt.Window:
+    """``workers`` pinned processes stepping their envs with random actions, measured."""
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Queue(), ctx.Event()
+    counters = [ctx.RawValue("q", 0) for _ in range(workers)]
+    procs = [ctx.Process(target=_simulate, args=(env, envs, core, 32, counter, ready, stop))
+             for core, counter in zip(tt.affinity(workers), counters, strict=True)]
+    started = time.monotonic()
+    for p in procs:
+        p.start()
+    try:
+        frameskips = [ready.get(timeout=300) for _ in procs]
+        startup = time.monotonic() - started
+
+        def frames_now() -> tuple[float, int]:
+            return time.monotonic(), sum(c.value * f for c, f in zip(counters, frameskips,
+                                                                    strict=True))
+
+        def wait(until: float) -> tuple[float, int]:
+            time.sleep(max(0.0, until - time.monotonic()))
+            return frames_now()
+
+        roots = {p.pid: f"rollout.{i}" for i, p in enumerate(procs) if p.pid is not None}
+        window = tt.measure(roots, frames_now, wait, warmup, seconds)
+        window.startup_s = startup
+        return window
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+
+
+# ----- the cases ----------------------------------------------------------------------------
+
+def run_case(key: str, args: argparse.Namespace) -> tt.Window:
+    """Run one case in fresh processes and return its measured window."""
+    if key == "sim":
+        return pure_simulation(args.env, args.workers, args.envs, args.warmup, args.seconds)
+    with tempfile.TemporaryDirectory(prefix="sfbus-bench-") as tmp:
+        if key == "train":
+            sets = tt.training_overrides(args.env, args.workers, args.envs)
+            return tt.run_sfbus([tt.TRAINING, *sets], args.warmup, args.seconds, Path(tmp))
+        topology = tt.sampler_topology(args.env, args.workers, args.envs, key == "random")
+        return tt.run_sfbus([str(Path(tmp, "bench.yaml"))], args.warmup, args.seconds,
+                            Path(tmp), topology)
+
+
+def _k(rate: float) -> str:
+    return f"{rate / 1e3:,.2f}k" if rate < 1e4 else f"{rate / 1e3:,.1f}k"
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def rate_table(results: dict[str, tt.Window]) -> str:
+    """Rates, ratios to pure simulation, CPU and memory per case, with Sample Factory's rows."""
+    base = results["sim"].rate if "sim" in results else 0.0
+    rows = ["| case | env frames/s | vs pure simulation | cores used | memory RSS / PSS | "
+            "window, start-up |", "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for key, w in results.items():
+        ratio = f"{w.rate / base:.0%}" if base else "-"
+        cores = sum(share for share, _ in w.cpu.values())
+        rows.append(f"| {CASES[key]} | {_k(w.rate)} | {ratio} | {cores:.2f} | {_gib(w.rss)} / "
+                    f"{_gib(w.pss)} | {w.seconds:.1f} s, start-up {w.startup_s:.1f} s |")
+    for name, rate in (("Sample Factory: sampler alone, real model", SF_SAMPLER),
+                       ("Sample Factory: full training", SF_TRAINING)):
+        ratio = f"{rate / base:.0%}" if base else "-"
+        rows.append(f"| {name} (**not measured by this command**) | ~{_k(rate)} | {ratio} | | | "
+                    "measured earlier on this machine, from the issue (2 workers x 16 envs) |")
+    return "\n".join(rows)
+
+
+def cpu_table(results: dict[str, tt.Window]) -> str:
+    """Cores used by each process group in each case."""
+    names: list[str] = []
+    for w in results.values():
+        names += [n for n in sorted(w.cpu, key=_order) if n not in names]
+    names.sort(key=_order)
+    rows = ["| process | " + " | ".join(CASES[k] for k in results) + " |",
+            "| --- |" + " ---: |" * len(results)]
+    for name in names:
+        counts = {w.cpu[name][1] for w in results.values() if name in w.cpu}
+        label = name + (f" (x{max(counts)})" if max(counts) > 1 else "")
+        cells = [f"{w.cpu[name][0]:.2f}" if name in w.cpu else "" for w in results.values()]
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    totals = [f"**{sum(s for s, _ in w.cpu.values()):.2f}**" for w in results.values()]
+    rows.append("| **total** | " + " | ".join(totals) + " |")
+    return "\n".join(rows)
+
+
+def _order(name: str) -> tuple[int, str]:
+    first = name.split()[0].split(".")[0]
+    rank = {"supervisor": 0, "rollout": 1, "inference": 2, "sink": 3, "learner": 3}
+    return rank.get(first, 4), name
+
+
+def verdict(results: dict[str, tt.Window]) -> str:
+    """The issue's two checks in one line each."""
+    lines = []
+    if "sim" in results and "random" in results:
+        share = results["random"].rate / results["sim"].rate
+        lines.append(f"Sampler with random actions: {share:.0%} of pure simulation "
+                     f"(goal: at least 85%).")
+    if "model" in results:
+        lines.append(f"Sampler with the real model: {_k(results['model'].rate)} env frames/s, "
+                     f"{results['model'].rate / SF_SAMPLER:.2f}x Sample Factory's ~6.6k.")
+    if "train" in results:
+        lines.append(f"Full training: {_k(results['train'].rate)} env frames/s, "
+                     f"{results['train'].rate / SF_TRAINING:.2f}x Sample Factory's ~3.0k.")
+    return "\n".join(f"- {line}" for line in lines)
+
+
+def machine() -> str:
+    """CPU model, cores and library versions of this machine, and today's date."""
+    import torch
+    import vizdoom
+
+    cpu = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(
+        ["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines()
+        if ln.startswith("Model name")), platform.processor())
+    return (f"{cpu}, {os.cpu_count()} cores (shared), Linux {platform.release()}; Python "
+            f"{platform.python_version()}, torch {torch.__version__}, vizdoom "
+            f"{vizdoom.__version__}; {time.strftime('%Y-%m-%d')}")
+
+
+def write_docs(text: str) -> None:
+    """Replace this benchmark's section of docs/BENCHMARKS.md, leaving the others as they are."""
+    doc = DOCS.read_text() if DOCS.exists() else (
+        "# Benchmarks\n\nFigures come from the `bench/` commands named in each section, run on the "
+        "machine each section names.\n")
+    head, found, tail = doc.partition(SECTION)
+    rest = tail[tail.find("\n## "):] if found and "\n## " in tail else ""
+    DOCS.write_text(head.rstrip("\n") + "\n\n" + SECTION + "\n\n" + text.strip() + "\n" + rest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the cases in turn, print the tables, optionally rewrite the docs section."""
+    parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, help="measured window per case (default 30)")
+    parser.add_argument("--warmup", type=float, help="seconds after the first frames (def. 10)")
+    parser.add_argument("--workers", type=int, default=2, help="rollout workers, one core each")
+    parser.add_argument("--envs", type=int, default=16, help="envs per worker")
+    parser.add_argument("--env", default="doom_basic", help="env name (components.envs)")
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of "
+                        + ", ".join(CASES))
+    parser.add_argument("--quick", action="store_true", help="smoke run: 3 s warm-up, 4 s window")
+    parser.add_argument("--write-docs", action="store_true", help="rewrite docs/BENCHMARKS.md")
+    args = parser.parse_args(argv)
+    args.seconds = args.seconds or (4.0 if args.quick else 30.0)
+    args.warmup = args.warmup if args.warmup is not None else (3.0 if args.quick else 10.0)
+    keys = [k.strip() for k in args.cases.split(",") if k.strip()]
+    if unknown := [k for k in keys if k not in CASES]:
+        parser.error(f"unknown case(s) {unknown}; known: {list(CASES)}")
+    results: dict[str, tt.Window] = {}
+    for key in keys:
+        results[key] = w = run_case(key, args)
+        print(f"{CASES[key]:>24} | {w.rate:>9,.0f} env frames/s | "
+              f"{sum(s for s, _ in w.cpu.values()):.2f} cores | start-up {w.startup_s:.1f} s",
+              flush=True)
+    text = f"{verdict(results)}\n\n{rate_table(results)}\n\n{cpu_table(results)}"
+    print("\n" + text)
+    if args.write_docs:
+        command = "python -m bench.throughput " + " ".join(argv if argv is not None
+                                                           else sys.argv[1:])
+        sets = " ".join(tt.training_overrides(args.env, args.workers, args.envs))
+        about = ABOUT % dict(workers=args.workers, envs=args.envs, seconds=args.seconds,
+                             warmup=args.warmup, training=tt.TRAINING, sets=sets)
+        write_docs(f"Command: `{command.strip()}`\n\nMachine: {machine()}\n\n{about}\n\n{text}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
