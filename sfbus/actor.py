@@ -112,7 +112,8 @@ class Actor:
         self._running = False
         self._early: list[tuple[Callable[[Any], Any], Message]] = []
         self._failures_logged: dict[str, float] = {}
-        self._bound_signals = {n: BoundSignal(self, s) for n, s in _class_signals(type(self)).items()}
+        self._bound_signals = {
+            n: BoundSignal(self, s) for n, s in _class_signals(type(self)).items()}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._mailbox: asyncio.Queue[tuple[Callable[[Any], Awaitable[None]], Message]] | None = None
         self._started = asyncio.Event()

@@ -61,7 +61,7 @@ class BusCounters:
 
 
 class _Peer:
-    """Outgoing link to one other process: an outbox coalesced into frames, sent without blocking."""
+    """Outgoing link to one other process: an outbox coalesced into frames, sent unblocked."""
 
     def __init__(self, bus: Bus, address: str) -> None:
         self.bus = bus
@@ -174,7 +174,8 @@ class Bus:
         for process in self.hosted:
             for edge_id, edge in self.table.edges_into(process).items():
                 target = self.actors[edge.target]
-                self._inbound[edge_id] = (PayloadDecoder(edge.payload), target._bind_slot(edge.slot))
+                self._inbound[edge_id] = (PayloadDecoder(edge.payload),
+                                          target._bind_slot(edge.slot))
             self._allowed_senders |= self.table.senders_to(process)
         if self.sock_dir is not None and (remote_sources or len(self.hosted) == 1):
             self._receiver = self.zmq_context.socket(zmq.PULL)
@@ -208,7 +209,8 @@ class Bus:
             raise ValueError(f"edge to {edge.process!r} needs a socket directory")
         peer = self._peers.get(edge.process)
         if peer is None:
-            peer = self._peers[edge.process] = _Peer(self, socket_address(self.sock_dir, edge.process))
+            address = socket_address(self.sock_dir, edge.process)
+            peer = self._peers[edge.process] = _Peer(self, address)
         edge_id, append = edge.id, peer.append
         return lambda payload: append(edge_id, payload)
 
@@ -218,7 +220,8 @@ class Bus:
         A ZeroMQ socket's file descriptor is edge-triggered: it signals once when messages
         arrive, and only re-arms after a receive came back empty. So the reader callback drains
         with non-blocking receives until ``zmq.Again`` (yielding to the loop every
-        ``_DRAIN_BUDGET`` deliveries so a flood cannot starve timers), then checks ``EVENTS`` once more.
+        ``_DRAIN_BUDGET`` deliveries so a flood cannot starve timers), then checks ``EVENTS``
+        once more.
         """
         if self._receiver is None:
             await asyncio.Event().wait()

@@ -115,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("--format", choices=("mermaid", "dot"), default="mermaid")
     graph.set_defaults(func=cmd_graph)
 
-    clean = sub.add_parser("clean", help="remove stale shared memory", description=cmd_clean.__doc__)
+    clean = sub.add_parser("clean", help="remove stale shared memory",
+                           description=cmd_clean.__doc__)
     clean.set_defaults(func=cmd_clean)
 
     for entry in entry_points(group="sfbus.commands"):

@@ -209,7 +209,8 @@ class ProcessHost:
             for pool in actor.context.pools if actor.context is not None else ():
                 occupancy.labels(pool.name).set(pool.in_use)
         counters = self.bus.counters
-        for field in ("frames_received", "frames_sent", "malformed", "unknown_edge", "unknown_peer"):
+        for field in ("frames_received", "frames_sent", "malformed", "unknown_edge",
+                      "unknown_peer"):
             metric = metrics.counter(f"sfbus_bus_{field}_total",
                                      f"Data frames: {field.replace('_', ' ')}", ("process",))
             self._bump(metric.labels(self.name), field, getattr(counters, field))

@@ -1,4 +1,4 @@
-"""Rate-limited warnings for hot paths: the first one is logged, repeats are counted and summarised."""
+"""Rate-limited warnings for hot paths: the first is logged, repeats counted and summarised."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ process that touched it exits, which would delete the buffers a restarted proces
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import mmap
@@ -67,7 +68,8 @@ class ArraySpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
             raise ValueError(
-                f"shared array name {self.name!r} is invalid: use only letters, digits, '_', '.', '-'"
+                f"shared array name {self.name!r} is invalid: "
+                "use only letters, digits, '_', '.', '-'"
             )
         # Topology YAML gives lists; store a tuple so specs stay hashable and comparable.
         try:
@@ -255,11 +257,9 @@ class SharedArray:
         self._torch = None
         if mm is None:
             return
-        try:
+        # A caller may still hold a view; the pages are unmapped when its last view is freed.
+        with contextlib.suppress(BufferError):
             mm.close()
-        except BufferError:
-            # A caller still holds a view; the pages are unmapped when its last view is freed.
-            pass
 
     def unlink(self) -> None:
         """Remove the segment's file; idempotent. Existing mappings stay valid until closed."""
@@ -326,7 +326,8 @@ class SharedMemory(Mapping[str, SharedArray]):
             return self._arrays[name]
         except KeyError:
             known = ", ".join(sorted(self._arrays)) or "none"
-            raise KeyError(f"no shared array {name!r} in run {self._run_id} (have: {known})") from None
+            raise KeyError(
+                f"no shared array {name!r} in run {self._run_id} (have: {known})") from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._arrays)

@@ -10,6 +10,7 @@ one kills. Shared memory and socket files are removed on every exit path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import os
@@ -243,13 +244,12 @@ class Supervisor:
     async def _watch(self) -> None:
         started = time.monotonic()
         while not self.done.is_set():
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.done.wait(), timeout=0.2)
-            except TimeoutError:
-                pass
             now = time.monotonic()
             if self.options.max_seconds is not None and now - started >= self.options.max_seconds:
-                self._finish(ExitCode.FINISHED, f"reached --max-seconds {self.options.max_seconds:g}")
+                self._finish(ExitCode.FINISHED,
+                             f"reached --max-seconds {self.options.max_seconds:g}")
             if self.options.max_frames is not None and self.progress() >= self.options.max_frames:
                 self._finish(ExitCode.FINISHED, f"reached --max-frames {self.options.max_frames}")
             self._check_heartbeats(now)

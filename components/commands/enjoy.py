@@ -18,6 +18,7 @@ GIF, merges identical consecutive frames (so it can have fewer), so keep GIFs sh
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -130,7 +131,7 @@ def learner_params(run_dir: Path, policy: int | None) -> Any:
             raise EnjoyError(f"{run_dir} trains policies {known}; choose one with --policy")
         return next(iter(learners.values()))
     if policy not in learners:
-        raise EnjoyError(f"--policy {policy}: {run_dir} trains only policy {known}")
+        raise EnjoyError(f"--policy {policy}: {run_dir} has no such policy (it trains {known})")
     return learners[policy]
 
 
@@ -220,6 +221,8 @@ def _make_env(params: Any, *, render: bool) -> Any:
     kwargs = dict(params.env_kwargs)
     if render and params.env.startswith("gym:"):
         kwargs.setdefault("render_mode", "rgb_array")
+        # gymnasium draws with pygame, whose SDL would look for a display and complain on stderr
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     return make_env(params.env, **kwargs)
 
 

@@ -1,4 +1,4 @@
-"""Typed, frozen objects a topology file compiles into; every process of a run reads the same ones."""
+"""Typed, frozen objects a topology file compiles into; every process of a run reads them."""
 
 from __future__ import annotations
 

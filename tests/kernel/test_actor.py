@@ -56,7 +56,7 @@ def test_a_slot_without_a_message_annotation_is_refused() -> None:
         def on_x(self, msg: int) -> None:
             """Wrong."""
 
-    with pytest.raises(TypeError, match="annotate its parameter with a sfbus.Message subclass"):
+    with pytest.raises(TypeError, match=r"annotate its parameter with a sfbus\.Message subclass"):
         Bad.slot_types()
 
 

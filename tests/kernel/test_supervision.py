@@ -40,7 +40,8 @@ class Crasher(Actor):
 
 def _topology(tmp_path: Path, cls: str, run: str = "") -> Path:
     path = tmp_path / "t.yaml"
-    path.write_text(f"{run}\nprocesses:\n  p: {{restart: always, actors: {{a: {{class: {cls}}}}}}}\n")
+    actors = f"{{a: {{class: {cls}}}}}"
+    path.write_text(f"{run}\nprocesses:\n  p: {{restart: always, actors: {actors}}}\n")
     return path
 
 

@@ -234,8 +234,9 @@ def test_prometheus_scrapes_a_running_topology(
 
     def all_present() -> bool | None:
         found = api.query(f'count by (__name__) ({{job="{JOB}", __name__=~"sfbus_.+"}})')
-        missing.intersection_update(wanted - {re.sub(r"_(bucket|sum|count)$", "",
-                                                     s["metric"]["__name__"]) for s in found})
+        present = {re.sub(r"_(bucket|sum|count)$", "", s["metric"]["__name__"]) for s in found}
+        missing.clear()
+        missing.update(wanted - present)
         return not missing or None
 
     _await(lambda: f"the dashboard's metrics {sorted(missing)}", all_present, deadline, logs)
