@@ -33,8 +33,9 @@ class SlotPool:
     The owner (``is_owner=True``) calls :meth:`acquire` / :meth:`release` on its event loop;
     they are O(1) and meant for ~10^5 calls per second. Built as owner, the pool rebuilds its
     free list from the shared state, so a restarted owner keeps the slots still taken by its old
-    self. Instances with ``is_owner=False`` only read :attr:`in_use` / :attr:`free`; changing them raises
-    :class:`SlotPoolError`. Two owners of one pool at once is a wiring bug this class cannot see.
+    self. Instances with ``is_owner=False`` only read :attr:`in_use` / :attr:`free`; changing
+    them raises :class:`SlotPoolError`. Two owners of one pool at once is a wiring bug this class
+    cannot see.
     """
 
     @staticmethod
