@@ -20,7 +20,10 @@ install: $(VENV)/.installed
 run: install
 	$(VENV)/bin/sfbus run $(TOPOLOGY) $(ARGS)
 
+# install-test-deps.sh adds the Prometheus server and promtool (Debian package) when it can;
+# without them the Prometheus test skips, or fails under CI=true.
 test: install
+	sh scripts/install-test-deps.sh
 	$(PY) -m pytest
 
 lint: install

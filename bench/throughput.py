@@ -55,9 +55,11 @@ the worker, or the default model, conv + GRU 512, serving its initial weights) a
 actor; its data-path settings (T, batch size, splits) are those of `%(training)s`. *Full
 training* is `sfbus run %(training)s %(sets)s`. Rates of the sfbus cases come from
 `progress.jsonl` (reports every 0.5 s, rollout progress every 0.1 s). CPU is the `/proc`
-utime+stime of every process over the window, in cores (1.00 = one core busy); memory sums RSS
-(shared memory counted in each process that maps it) and PSS (counted once). The machine is
-shared with other work, so figures are noisy."""
+utime+stime of every process over the window, in cores (1.00 = one core busy; in pure simulation
+`rollout.i` is simulation process i); memory sums RSS
+(shared memory counted in each process that maps it) and PSS (counted once). *Others' cores* is
+what the rest of the machine used meanwhile (`/proc/stat` busy time less this case's processes):
+a figure far from 0 means the case shared its cores and its rate is low."""
 
 
 class TrajectorySink(Actor):
@@ -179,17 +181,18 @@ def _gib(n: int) -> str:
 def rate_table(results: dict[str, tt.Window]) -> str:
     """Rates, ratios to pure simulation, CPU and memory per case, with Sample Factory's rows."""
     base = results["sim"].rate if "sim" in results else 0.0
-    rows = ["| case | env frames/s | vs pure simulation | cores used | memory RSS / PSS | "
-            "window, start-up |", "| --- | ---: | ---: | ---: | ---: | --- |"]
+    rows = ["| case | env frames/s | vs pure simulation | cores used | others' cores | "
+            "memory RSS / PSS | window, start-up |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for key, w in results.items():
         ratio = f"{w.rate / base:.0%}" if base else "-"
-        cores = sum(share for share, _ in w.cpu.values())
-        rows.append(f"| {CASES[key]} | {_k(w.rate)} | {ratio} | {cores:.2f} | {_gib(w.rss)} / "
-                    f"{_gib(w.pss)} | {w.seconds:.1f} s, start-up {w.startup_s:.1f} s |")
+        rows.append(f"| {CASES[key]} | {_k(w.rate)} | {ratio} | {w.cores:.2f} | {w.others:.2f} | "
+                    f"{_gib(w.rss)} / {_gib(w.pss)} | {w.seconds:.1f} s, start-up "
+                    f"{w.startup_s:.1f} s |")
     for name, rate in (("Sample Factory: sampler alone, real model", SF_SAMPLER),
                        ("Sample Factory: full training", SF_TRAINING)):
         ratio = f"{rate / base:.0%}" if base else "-"
-        rows.append(f"| {name} (**not measured by this command**) | ~{_k(rate)} | {ratio} | | | "
+        rows.append(f"| {name} (**not measured by this command**) | ~{_k(rate)} | {ratio} | | | | "
                     "measured earlier on this machine, from the issue (2 workers x 16 envs) |")
     return "\n".join(rows)
 
@@ -207,8 +210,10 @@ def cpu_table(results: dict[str, tt.Window]) -> str:
         label = name + (f" (x{max(counts)})" if max(counts) > 1 else "")
         cells = [f"{w.cpu[name][0]:.2f}" if name in w.cpu else "" for w in results.values()]
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
-    totals = [f"**{sum(s for s, _ in w.cpu.values()):.2f}**" for w in results.values()]
+    totals = [f"**{w.cores:.2f}**" for w in results.values()]
     rows.append("| **total** | " + " | ".join(totals) + " |")
+    others = [f"{w.others:.2f}" for w in results.values()]
+    rows.append("| everything else on the machine | " + " | ".join(others) + " |")
     return "\n".join(rows)
 
 
@@ -280,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in keys:
         results[key] = w = run_case(key, args)
         print(f"{CASES[key]:>24} | {w.rate:>9,.0f} env frames/s | "
-              f"{sum(s for s, _ in w.cpu.values()):.2f} cores | start-up {w.startup_s:.1f} s",
+              f"{w.cores:.2f} cores (others {w.others:.2f}) | start-up {w.startup_s:.1f} s",
               flush=True)
     text = f"{verdict(results)}\n\n{rate_table(results)}\n\n{cpu_table(results)}"
     print("\n" + text)

@@ -149,6 +149,12 @@ def snapshot(roots: dict[int, str]) -> dict[int, ProcStat]:
     return out
 
 
+def busy_ticks() -> int:
+    """Ticks the machine's CPUs spent busy so far (all but idle and iowait), from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return sum(values) - values[3] - values[4]
+
+
 def cpu_shares(before: dict[int, ProcStat], after: dict[int, ProcStat],
                seconds: float) -> dict[str, tuple[float, int]]:
     """Cores used by each group of processes between two snapshots, and its process count."""
@@ -172,8 +178,20 @@ class Window:
     cpu: dict[str, tuple[float, int]]
     rss: int
     pss: int
+    machine_busy: float = 0.0
+    """Cores busy on the whole machine during the window, this case's processes included."""
     startup_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cores(self) -> float:
+        """Cores this case's processes used."""
+        return sum(share for share, _ in self.cpu.values())
+
+    @property
+    def others(self) -> float:
+        """Cores used by everything else on the machine during the window (noise)."""
+        return max(0.0, self.machine_busy - self.cores)
 
     @property
     def rate(self) -> float:
@@ -187,11 +205,12 @@ def measure(roots: dict[int, str], frames_now: Callable[[], tuple[float, int]],
     ``t`` and returns (clock, frames) then, ``frames_now()`` the current pair."""
     first, _ = frames_now()
     t0, frames0 = wait(first + warmup)
-    snap0, wall0 = snapshot(roots), time.monotonic()
+    snap0, busy0, wall0 = snapshot(roots), busy_ticks(), time.monotonic()
     t1, frames1 = wait(t0 + seconds)
-    snap1, wall1 = snapshot(roots), time.monotonic()
+    snap1, busy1, wall1 = snapshot(roots), busy_ticks(), time.monotonic()
     return Window(frames1 - frames0, t1 - t0, cpu_shares(snap0, snap1, wall1 - wall0),
-                  sum(s.rss for s in snap1.values()), sum(s.pss for s in snap1.values()))
+                  sum(s.rss for s in snap1.values()), sum(s.pss for s in snap1.values()),
+                  (busy1 - busy0) / _TICKS / (wall1 - wall0))
 
 
 class _Progress:

@@ -79,24 +79,22 @@ def enjoy(args: argparse.Namespace) -> int:
                          f"use {' or '.join(_VIDEO_FORMATS)}")
     run_dir = Path(args.run_dir)
     params = learner_params(run_dir, args.policy)
-    policy, path, state = load_policy(run_dir, params, args.checkpoint)
+    path, state = read_checkpoint(run_dir, params, args.checkpoint)
     print(f"policy {params.policy} of {run_dir}: {path.name} (version {state['version']}, "
           f"{state['env_frames']:,} env frames), env {params.env}")
-
     env = _make_env(params, render=video is not None)
+    writer = None
     try:
-        writer = None
+        policy = build_from_checkpoint(env.spec, params, state)
         if video is not None:
             render, default_fps = frame_source(env, params.env)
             writer = VideoWriter(video, args.fps or default_fps, render)
-        try:
-            episodes = play(policy, params, env, args.episodes, deterministic=args.deterministic,
-                            max_steps=args.max_steps, seed=args.seed,
-                            on_frame=writer.append if writer else None)
-        finally:
-            if writer is not None:
-                writer.close()
+        episodes = play(policy, params, env, args.episodes, deterministic=args.deterministic,
+                        max_steps=args.max_steps, seed=args.seed,
+                        on_frame=writer.append if writer else None)
     finally:
+        if writer is not None:
+            writer.close()  # also on Ctrl-C: keep what was filmed
         env.close()
     for i, (ret, length, cut) in enumerate(episodes, 1):
         print(f"episode {i}: return {ret:.2f}, length {length}"
@@ -135,15 +133,14 @@ def learner_params(run_dir: Path, policy: int | None) -> Any:
     return learners[policy]
 
 
-def load_policy(run_dir: Path, params: Any, checkpoint: str | None) -> tuple[Any, Path, dict]:
-    """The policy of ``params`` in eval mode with the checkpoint's weights, its path and state."""
+def read_checkpoint(run_dir: Path, params: Any, checkpoint: str | None) -> tuple[Path, dict]:
+    """The checkpoint to play (``checkpoint`` or the policy's newest) and its state."""
     from components.checkpoint import (
         CheckpointError,
         config_fingerprint,
         latest_checkpoint,
         load_checkpoint,
     )
-    from components.policy import build_policy
 
     if checkpoint is not None:
         path = Path(checkpoint)
@@ -157,13 +154,18 @@ def load_policy(run_dir: Path, params: Any, checkpoint: str | None) -> tuple[Any
                              "(a run writes one every checkpoint_every_s and when it stops)")
         path = found
     try:
-        state = load_checkpoint(path, config_fingerprint(params.env, params.model))
+        return path, load_checkpoint(path, config_fingerprint(params.env, params.model))
     except CheckpointError as error:
         raise EnjoyError(str(error)) from None
-    policy = build_policy(params)
+
+
+def build_from_checkpoint(spec: Any, params: Any, state: dict) -> Any:
+    """The policy for env ``spec`` with the checkpoint's weights, in eval mode, no gradients."""
+    from components.policy import Policy
+
+    policy = Policy(spec, params)  # from the env at hand: no second env just to read its spec
     policy.load_state_dict(state["policy"])
-    policy.eval().requires_grad_(False)
-    return policy, path, state
+    return policy.eval().requires_grad_(False)
 
 
 def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bool = False,
@@ -173,10 +175,22 @@ def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bo
 
     ``on_frame`` is called before every step (the frame the agent is about to act on).
     """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a batch of one row: more threads only contend for the cores
+    try:
+        return _play(policy, params, env, episodes, deterministic, max_steps, seed, on_frame)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _play(policy: Any, params: Any, env: Any, episodes: int, deterministic: bool,
+          max_steps: int | None, seed: int | None,
+          on_frame: Callable[[], None] | None) -> list[tuple[float, int, bool]]:
     import numpy as np
     import torch
 
-    torch.set_num_threads(1)  # batch of one: more threads only contend for the cores
     spec = env.spec
     n = spec.num_agents
     obs = spec.empty_obs()

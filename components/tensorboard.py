@@ -1,0 +1,124 @@
+"""TensorBoard event files of a run: returns, losses, policy lag and frame rate against env frames.
+
+Listens to the same signals as the statistics actor (``components.stats``). Every scalar's step
+is the number of env frames collected so far (the sum of the rollout workers' progress reports,
+the ``env_frames`` of ``progress.jsonl``), so TensorBoard's curves line up with ``sfbus plot``.
+Episodes are averaged over each ``report_every_s`` window (a fast env finishes hundreds per
+second); the learner's figures are written once per training step. Files go to
+``<run_dir>/tensorboard/`` (``tensorboard --logdir RUN_DIR/tensorboard``).
+
+Tags: ``policy_<id>/reward``, ``episode_length``, ``policy_loss``, ``value_loss``, ``entropy``,
+``kl``, ``grad_norm``, ``lr``, ``lag`` (mean policy lag of the batch), ``lag_max``,
+``clip_fraction``; and ``run/fps`` (env frames per second of the whole run, all policies).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.messages import EpisodeFinished, RolloutProgress, TrainingStats
+from sfbus import Actor, slot
+
+# TrainingStats fields written per training step, by tag name.
+_TRAINING_TAGS = {"policy_loss": "policy_loss", "value_loss": "value_loss", "entropy": "entropy",
+                  "kl": "kl", "grad_norm": "grad_norm", "lr": "lr", "lag": "lag_mean",
+                  "lag_max": "lag_max", "clip_fraction": "clip_fraction"}
+
+
+@dataclass
+class _Episodes:
+    """Episodes of one policy finished since the last write."""
+
+    returns: list[float] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+
+
+class TensorBoardWriter(Actor):
+    """Writes the run's statistics as TensorBoard scalars."""
+
+    component = "tensorboard"
+
+    @dataclass(frozen=True)
+    class Params:
+        report_every_s: float = 5.0
+        """Seconds between writes of episode means and the frame rate (and file flushes)."""
+        tensorboard_dir: str = ""
+        """Where the event files go; empty: ``<run_dir>/tensorboard``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.frames = 0
+        self.episodes: dict[int, _Episodes] = {}
+        self.writer: Any = None
+        """The SummaryWriter; None until started, without a folder, and after stopping."""
+        self._last = (time.monotonic(), 0)
+
+    async def on_start(self) -> None:
+        """Open the event file and start the write timer (nothing is written without a dir)."""
+        self._last = (time.monotonic(), self.frames)
+        folder = self.params.tensorboard_dir
+        if not folder and self.context is not None and self.context.run_dir is not None:
+            folder = str(Path(self.context.run_dir, "tensorboard"))
+        if not folder:
+            self.log.info("%s: no run directory and no tensorboard_dir; writing nothing",
+                          self.name)
+            return
+        from torch.utils.tensorboard import SummaryWriter  # loads tensorboard: only when used
+
+        # flush_secs only bounds the writer thread's own flushes; write() flushes every window.
+        self.writer = SummaryWriter(folder, flush_secs=max(1, round(self.params.report_every_s)))
+        self.every(self.params.report_every_s, self.write, "tensorboard write")
+
+    @slot
+    def on_episode_finished(self, msg: EpisodeFinished) -> None:
+        """Keep one finished episode for the next window's mean."""
+        episodes = self.episodes.get(msg.policy)
+        if episodes is None:
+            episodes = self.episodes[msg.policy] = _Episodes()
+        episodes.returns.append(msg.episode_return)
+        episodes.lengths.append(msg.length)
+
+    @slot
+    def on_rollout_progress(self, msg: RolloutProgress) -> None:
+        """Count env frames: the step of every scalar."""
+        self.frames += msg.frames
+
+    @slot
+    def on_training_stats(self, msg: TrainingStats) -> None:
+        """Write the learner's figures of one training step."""
+        if self.writer is None:
+            return
+        prefix = f"policy_{msg.policy}"
+        for tag, name in _TRAINING_TAGS.items():
+            self.writer.add_scalar(f"{prefix}/{tag}", getattr(msg, name), self.frames)
+
+    def write(self) -> None:
+        """Write each policy's episode means of the window and the run's frame rate; flush."""
+        if self.writer is None:
+            return
+        for policy, episodes in sorted(self.episodes.items()):
+            if episodes.returns:
+                count = len(episodes.returns)
+                prefix = f"policy_{policy}"
+                self.writer.add_scalar(f"{prefix}/reward", sum(episodes.returns) / count,
+                                       self.frames)
+                self.writer.add_scalar(f"{prefix}/episode_length", sum(episodes.lengths) / count,
+                                       self.frames)
+                episodes.returns.clear()
+                episodes.lengths.clear()
+        now = time.monotonic()
+        then, frames = self._last
+        if now > then:
+            self.writer.add_scalar("run/fps", (self.frames - frames) / (now - then), self.frames)
+        self._last = (now, self.frames)
+        self.writer.flush()
+
+    async def on_stop(self) -> None:
+        """Write the last window and close the event file."""
+        if self.writer is not None:
+            self.write()
+            self.writer.close()
+            self.writer = None
