@@ -82,8 +82,8 @@ def _random_actions(rng: np.random.Generator, spec: Any, n: int) -> np.ndarray:
     return rng.integers(0, np.asarray(spec.action_heads), size=(n, len(spec.action_heads)))
 
 
-def _simulate(env: str, envs: int, core: int, rollout: int, steps: Any, ready: Any,
-              stop: Any) -> None:
+def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: Any,
+              ready: Any, stop: Any) -> None:
     """One simulation process: pin, make envs, step them with random actions until ``stop``."""
     os.sched_setaffinity(0, [core])  # before the envs, so that their engine processes inherit it
     with contextlib.suppress(ImportError):
@@ -101,9 +101,9 @@ def _simulate(env: str, envs: int, core: int, rollout: int, steps: Any, ready: A
     outs = [[{k: a[e * na:(e + 1) * na, t] for k, a in obs.items()} for e in range(envs)]
             for t in range(rollout + 1)]
     for e, m in enumerate(made):
-        m.reset_into(outs[0][e], seed=1000 * core + e)
-    rng = np.random.default_rng(core)
-    ready.put(spec.frameskip)
+        m.reset_into(outs[0][e], seed=1000 * worker + e)
+    rng = np.random.default_rng(worker)
+    ready.put((worker, spec.frameskip))
     t = 0
     while not stop.is_set():
         t = t % rollout + 1
@@ -126,13 +126,13 @@ def pure_simulation(env: str, workers: int, envs: int, warmup: float,
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
     counters = [ctx.RawValue("q", 0) for _ in range(workers)]
-    procs = [ctx.Process(target=_simulate, args=(env, envs, core, 32, counter, ready, stop))
-             for core, counter in zip(tt.affinity(workers), counters, strict=True)]
+    procs = [ctx.Process(target=_simulate, args=(env, envs, i, core, 32, counters[i], ready, stop))
+             for i, core in enumerate(tt.affinity(workers))]
     started = time.monotonic()
     for p in procs:
         p.start()
     try:
-        frameskips = [ready.get(timeout=300) for _ in procs]
+        frameskips = [f for _, f in sorted(ready.get(timeout=300) for _ in procs)]
         startup = time.monotonic() - started
 
         def frames_now() -> tuple[float, int]:

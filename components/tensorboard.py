@@ -1,11 +1,14 @@
 """TensorBoard event files of a run: returns, losses, policy lag and frame rate against env frames.
 
-Listens to the same signals as the statistics actor (``components.stats``). Every scalar's step
-is the number of env frames collected so far (the sum of the rollout workers' progress reports,
-the ``env_frames`` of ``progress.jsonl``), so TensorBoard's curves line up with ``sfbus plot``.
-Episodes are averaged over each ``report_every_s`` window (a fast env finishes hundreds per
-second); the learner's figures are written once per training step. Files go to
-``<run_dir>/tensorboard/`` (``tensorboard --logdir RUN_DIR/tensorboard``).
+Listens to the same signals as the statistics actor (``components.stats``); every scalar's step
+is a count of env frames. Episode means and the frame rate are written once per
+``report_every_s`` window (a fast env finishes hundreds of episodes per second) at the frames
+collected so far: the sum of the rollout workers' progress reports, the ``env_frames`` of
+``progress.jsonl``, so they line up with ``sfbus plot``. The learner's figures are written once
+per training step at the frames that learner has trained on (its ``TrainingStats.env_frames``):
+progress reports come once a second, several training steps apart, and the learner's count is
+exact per step and continues across a resume. The two counts differ by the frames in flight, a
+batch or two. Files go to ``<run_dir>/tensorboard/`` (``tensorboard --logdir RUN_DIR``).
 
 Tags: ``policy_<id>/reward``, ``episode_length``, ``policy_loss``, ``value_loss``, ``entropy``,
 ``kl``, ``grad_norm``, ``lr``, ``lag`` (mean policy lag of the batch), ``lag_max``,
@@ -93,10 +96,14 @@ class TensorBoardWriter(Actor):
             return
         prefix = f"policy_{msg.policy}"
         for tag, name in _TRAINING_TAGS.items():
-            self.writer.add_scalar(f"{prefix}/{tag}", getattr(msg, name), self.frames)
+            self.writer.add_scalar(f"{prefix}/{tag}", getattr(msg, name), msg.env_frames)
 
-    def write(self) -> None:
-        """Write each policy's episode means of the window and the run's frame rate; flush."""
+    def write(self, final: bool = False) -> None:
+        """Write each policy's episode means of the window and the run's frame rate; flush.
+
+        The last window (``final``) gets a frame rate only if frames came in: the rollout
+        workers may have stopped first, and a made-up drop to 0 would end every curve.
+        """
         if self.writer is None:
             return
         for policy, episodes in sorted(self.episodes.items()):
@@ -111,7 +118,7 @@ class TensorBoardWriter(Actor):
                 episodes.lengths.clear()
         now = time.monotonic()
         then, frames = self._last
-        if now > then:
+        if now > then and (self.frames > frames or not final):
             self.writer.add_scalar("run/fps", (self.frames - frames) / (now - then), self.frames)
         self._last = (now, self.frames)
         self.writer.flush()
@@ -119,6 +126,6 @@ class TensorBoardWriter(Actor):
     async def on_stop(self) -> None:
         """Write the last window and close the event file."""
         if self.writer is not None:
-            self.write()
+            self.write(final=True)
             self.writer.close()
             self.writer = None

@@ -27,7 +27,9 @@ SUPERVISOR_PID_ENV = "SFBUS_SUPERVISOR_PID"
 def _die_with_parent() -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        # SIGTERM, not SIGKILL: the child then stops gracefully and closes what it started
+        # (VizDoom engine processes would otherwise outlive it).
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):  # not Linux: orphans are then cleaned by `sfbus clean`
         pass
     # The supervisor may have died before the line above ran: then nobody will signal us.

@@ -198,7 +198,7 @@ class Supervisor:
             log.warning("second %s: killing every process", signal.Signals(signum).name)
             for child in self.children.values():
                 if child.proc is not None and child.proc.returncode is None:
-                    child.proc.kill()
+                    _kill_group(child.proc.pid)
 
     def _finish(self, outcome: ExitCode, reason: str) -> None:
         if self.outcome is None:
@@ -221,9 +221,11 @@ class Supervisor:
         child.progress_base += child.progress
         child.progress = 0
         child.last_heartbeat = time.monotonic()
+        # Each child leads its own process group, so that the processes it starts (VizDoom's
+        # engines) can be killed with it, and so a terminal's Ctrl-C reaches only the supervisor.
         child.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "sfbus.child", str(self.run_dir), child.name,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, start_new_session=True,
         )
         if child.control is None:
             child.control = self._zmq.socket(zmq.PUSH)
@@ -271,9 +273,11 @@ class Supervisor:
                           child.name, age, what)
                 child.started = False
                 if child.proc is not None and child.proc.returncode is None:
-                    child.proc.kill()
+                    _kill_group(child.proc.pid)
 
     def _on_exit(self, child: _Child, task: asyncio.Task[int]) -> None:
+        if child.proc is not None:
+            _kill_group(child.proc.pid)
         if self.done.is_set() or task.cancelled():
             return
         code = task.result()
@@ -358,9 +362,17 @@ class Supervisor:
                 if child.proc is not None and child.proc.returncode is None:
                     log.warning("process %s did not stop within %g s; killing it", child.name,
                                 self.settings.stop_timeout_s)
-                    child.proc.kill()
+                    _kill_group(child.proc.pid)
             if pending:
                 await asyncio.wait(pending, timeout=5.0)
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group led by ``pid``: a child and whatever it started."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def snapshot_document(topology: Topology) -> dict:

@@ -73,6 +73,8 @@ def enjoy(args: argparse.Namespace) -> int:
         raise EnjoyError(f"--episodes must be >= 1, not {args.episodes}")
     if args.max_steps is not None and args.max_steps < 1:
         raise EnjoyError(f"--max-steps must be >= 1, not {args.max_steps}")
+    if args.fps is not None and args.fps <= 0:
+        raise EnjoyError(f"--fps must be > 0, not {args.fps:g}")
     video = Path(args.video) if args.video else None
     if video is not None and video.suffix.lower() not in _VIDEO_FORMATS:
         raise EnjoyError(f"--video {video}: unsupported format {video.suffix or '(none)'!r}; "

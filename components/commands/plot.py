@@ -38,6 +38,8 @@ class Progress:
     frames: list[int] = field(default_factory=list)
     fps: list[float | None] = field(default_factory=list)
     policies: list[dict[str, dict[str, float]]] = field(default_factory=list)
+    fps_window: str = ""
+    """Which of the records' frame-rate windows ``fps`` holds (the shortest, e.g. "10s")."""
     skipped: int = 0
     """Lines that were not a JSON record."""
 
@@ -99,7 +101,7 @@ def read_progress(run_dir: Path) -> Progress:
         try:
             record = json.loads(line)
             at, frames = float(record["time"]), float(record["env_frames"])
-            fps = _first_window(record.get("fps"))
+            window, fps = _shortest_window(record.get("fps"))
             policies = {str(k): v for k, v in dict(record.get("policies") or {}).items()}
         except (ValueError, KeyError, TypeError, AttributeError):
             run.skipped += 1
@@ -111,6 +113,7 @@ def read_progress(run_dir: Path) -> Progress:
         run.time.append(at + time_offset)
         run.frames.append(int(frames + frames_offset))
         run.fps.append(fps)
+        run.fps_window = window or run.fps_window
         run.policies.append(policies)
     return run
 
@@ -139,6 +142,9 @@ def plot_runs(runs: list[Progress], out: Path) -> list[Path]:
             for label, xs, ys in _lines(run, key, x):
                 axes.plot([v * scale for v in xs] if x == "time" else xs, ys, label=label)
         axes.set_xlabel(f"wall time ({unit})" if x == "time" else "env frames")
+        windows = sorted({r.fps_window for r in runs if r.fps_window})
+        if key == "fps" and windows:
+            ylabel += f" (over {', '.join(windows)})"
         axes.set_ylabel(ylabel)
         axes.set_title(title)
         axes.grid(alpha=0.3)
@@ -166,14 +172,14 @@ def _lines(run: Progress, key: str, x: str) -> list[tuple[str, list[float], list
     return lines
 
 
-def _first_window(fps: Any) -> float | None:
-    """The frame rate over the shortest window of a record's ``fps`` ({"10s": ..., "60s": ...})."""
+def _shortest_window(fps: Any) -> tuple[str, float | None]:
+    """(window, frame rate) over the shortest window of a record's ``fps`` ({"10s": ...})."""
     if isinstance(fps, int | float):
-        return float(fps)
+        return "", float(fps)
     if not isinstance(fps, dict) or not fps:
-        return None
+        return "", None
     shortest = min(fps, key=lambda window: float(str(window).rstrip("s")))
-    return float(fps[shortest])
+    return str(shortest), float(fps[shortest])
 
 
 def _time_unit(seconds: float) -> tuple[float, str]:

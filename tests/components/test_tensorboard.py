@@ -36,9 +36,10 @@ def topology(folder: str) -> Topology:
              for signal in ("episode_finished", "rollout_progress", "training_stats")))
 
 
-def training_stats(policy: int, loss: float) -> TrainingStats:
+def training_stats(policy: int, loss: float, env_frames: int = 256) -> TrainingStats:
     """A learner report with recognisable figures."""
-    return TrainingStats(policy=policy, version=3, samples=64, env_frames=256, policy_loss=loss,
+    return TrainingStats(policy=policy, version=3, samples=64, env_frames=env_frames,
+                         policy_loss=loss,
                          value_loss=0.25, entropy=0.6, kl=0.01, grad_norm=1.5, lr=1e-3,
                          lag_mean=2.5, lag_max=4.0, clip_fraction=0.1, train_seconds=0.02)
 
@@ -67,7 +68,7 @@ async def test_scalars_per_policy_against_env_frames(tmp_path, transport):
         board: TensorBoardWriter = actors["tensorboard"]
         emitter.rollout_progress.emit(RolloutProgress(worker=0, frames=600))
         emitter.rollout_progress.emit(RolloutProgress(worker=1, frames=400))
-        emitter.training_stats.emit(training_stats(0, loss=0.5))
+        emitter.training_stats.emit(training_stats(0, loss=0.5, env_frames=768))
         emitter.episode_finished.emit(EpisodeFinished(0, episode_return=10.0, length=5, frames=20))
         emitter.episode_finished.emit(EpisodeFinished(0, episode_return=20.0, length=7, frames=28))
         # one sender, one receiver: messages arrive in emission order, the episodes last
@@ -75,24 +76,27 @@ async def test_scalars_per_policy_against_env_frames(tmp_path, transport):
         assert board.frames == 1000
         board.write()  # the end of a window: episode means and fps at 1000 frames
         emitter.rollout_progress.emit(RolloutProgress(worker=0, frames=500))
-        emitter.training_stats.emit(training_stats(1, loss=-0.125))
+        await until(lambda: board.frames == 1500)
+        board.write()  # a window without episodes: only fps, at 1500
+        emitter.training_stats.emit(training_stats(1, loss=-0.125, env_frames=512))
         emitter.episode_finished.emit(EpisodeFinished(1, episode_return=-1.0, length=3, frames=12))
         await until(lambda: 1 in board.episodes)
-    # stopping wrote the last window and closed the file
+    # stopping wrote the last window (no frames came in: no fps) and closed the file
 
     found = scalars(folder)
     assert found["policy_0/reward"] == [(1000, 15.0)]
     assert found["policy_0/episode_length"] == [(1000, 6.0)]
-    assert found["policy_0/policy_loss"] == [(1000, 0.5)]
-    assert found["policy_0/lag"] == [(1000, 2.5)]
+    # the learner's figures at the frames it trained on
+    assert found["policy_0/policy_loss"] == [(768, 0.5)]
+    assert found["policy_0/lag"] == [(768, 2.5)]
     for tag, value in (("value_loss", 0.25), ("grad_norm", 1.5), ("lag_max", 4.0)):
-        assert found[f"policy_0/{tag}"] == [(1000, value)]
+        assert found[f"policy_0/{tag}"] == [(768, value)]
     assert found["policy_0/lr"][0][1] == pytest.approx(1e-3)
     assert found["policy_0/entropy"][0][1] == pytest.approx(0.6)
     assert found["policy_0/kl"][0][1] == pytest.approx(0.01)
     assert found["policy_1/reward"] == [(1500, -1.0)]
     assert found["policy_1/episode_length"] == [(1500, 3.0)]
-    assert found["policy_1/policy_loss"] == [(1500, -0.125)]
+    assert found["policy_1/policy_loss"] == [(512, -0.125)]
     assert [step for step, _ in found["run/fps"]] == [1000, 1500]
     assert all(fps > 0 for _, fps in found["run/fps"])
 

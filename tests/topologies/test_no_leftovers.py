@@ -1,0 +1,45 @@
+"""A VizDoom run leaves no engine process behind, even after a worker is killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.kernel.runs import processes_of, segments_of, start_run, wait_for
+
+pytestmark = pytest.mark.multiprocess
+DOOM_BASIC = Path(__file__).parents[2] / "topologies" / "doom_basic.yaml"
+
+
+def vizdoom_engines() -> set[int]:
+    """Pids of running VizDoom engine processes."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and b"vizdoom/vizdoom" in Path("/proc", entry, "cmdline").read_bytes():
+                found.add(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def test_killed_worker_and_ctrl_c_leave_no_engine(tmp_path: Path) -> None:
+    before = vizdoom_engines()
+    run_dir = tmp_path / "run"
+    run = start_run(DOOM_BASIC, run_dir, "--set", "num_envs=2", "--set", "batch_size=128")
+    try:
+        wait_for(lambda: len(vizdoom_engines() - before) >= 4, 60, "engines of both workers")
+        os.kill(processes_of(run_dir)["rollout.0"], signal.SIGKILL)
+        wait_for(lambda: "rollout.0" in processes_of(run_dir), 30, "the worker to restart")
+        wait_for(lambda: len(vizdoom_engines() - before) >= 4, 60, "the new worker's engines")
+        run.send_signal(signal.SIGINT)
+        _out, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == 130, err[-3000:]
+    wait_for(lambda: not (vizdoom_engines() - before), 10, "every engine to exit")
+    assert processes_of(run_dir) == {}
+    assert segments_of(run.pid) == []
