@@ -369,10 +369,8 @@ class Supervisor:
 
 def _kill_group(pid: int) -> None:
     """SIGKILL the process group led by ``pid``: a child and whatever it started."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def snapshot_document(topology: Topology) -> dict:

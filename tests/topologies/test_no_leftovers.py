@@ -19,10 +19,11 @@ def vizdoom_engines() -> set[int]:
     found = set()
     for entry in os.listdir("/proc"):
         try:
-            if entry.isdigit() and b"vizdoom/vizdoom" in Path("/proc", entry, "cmdline").read_bytes():
-                found.add(int(entry))
+            cmdline = Path("/proc", entry, "cmdline").read_bytes() if entry.isdigit() else b""
         except OSError:
             continue
+        if b"vizdoom/vizdoom" in cmdline:
+            found.add(int(entry))
     return found
 
 
