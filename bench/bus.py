@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import bus_actors
+from bench.report import machine as machine_line
+from bench.report import write_section
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs" / "BENCHMARKS.md"
 SECTION = "## Bus: signals between two processes"
 PUT_MANY = 256  # messages per faster-fifo put_many call
 QUEUES = ("multiprocessing.Queue", "faster-fifo", "faster-fifo put_many")
@@ -238,29 +237,20 @@ def latency_table(results: list[Result]) -> str:
 
 
 def machine() -> str:
-    """CPU model, cores and library versions of this machine, and today's date."""
+    """This machine and the library versions this benchmark depends on."""
     from importlib.metadata import version
 
     import msgspec
     import zmq
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(
-        ["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines()
-        if ln.startswith("Model name")), platform.processor())
-    return (f"{cpu}, {mp.cpu_count()} cores (shared), Linux {platform.release()}; "
-            f"Python {platform.python_version()}, pyzmq {zmq.__version__}, libzmq "
-            f"{zmq.zmq_version()}, msgspec {msgspec.__version__}, uvloop {version('uvloop')}, "
-            f"faster-fifo {version('faster-fifo')}; {time.strftime('%Y-%m-%d')}")
+    return machine_line(f"pyzmq {zmq.__version__}, libzmq {zmq.zmq_version()}, msgspec "
+                        f"{msgspec.__version__}, uvloop {version('uvloop')}, faster-fifo "
+                        f"{version('faster-fifo')}")
 
 
 def write_docs(text: str) -> None:
-    """Replace this benchmark's section of docs/BENCHMARKS.md (creating the file if missing)."""
-    doc = DOCS.read_text() if DOCS.exists() else (
-        "# Benchmarks\n\nFigures come from the `bench/` commands named in each section, run on the "
-        "machine each section names.\n")
-    head, found, tail = doc.partition(SECTION)
-    rest = tail[tail.find("\n## "):] if found and "\n## " in tail else ""
-    DOCS.write_text(head.rstrip("\n") + "\n\n" + SECTION + "\n\n" + text.strip() + "\n" + rest)
+    """Replace this benchmark's section of docs/BENCHMARKS.md."""
+    write_section(SECTION, text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,8 +22,6 @@ import argparse
 import contextlib
 import multiprocessing as mp
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,11 +31,12 @@ from typing import Any
 import numpy as np
 
 from bench import throughput_topologies as tt
+from bench.report import machine as machine_line
+from bench.report import write_section
 from components.messages import SlotsReleased, TrajectoryReady
 from sfbus import Actor, Signal, slot
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs" / "BENCHMARKS.md"
 SECTION = "## Throughput: simulation, sampler, training"
 # Sample Factory on this machine, doom_basic, 2 workers x 16 envs: quoted from the issue.
 SF_SAMPLER, SF_TRAINING = 6_600, 3_000
@@ -240,26 +239,16 @@ def verdict(results: dict[str, tt.Window]) -> str:
 
 
 def machine() -> str:
-    """CPU model, cores and library versions of this machine, and today's date."""
+    """This machine and the library versions this benchmark depends on."""
     import torch
     import vizdoom
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(
-        ["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines()
-        if ln.startswith("Model name")), platform.processor())
-    return (f"{cpu}, {os.cpu_count()} cores (shared), Linux {platform.release()}; Python "
-            f"{platform.python_version()}, torch {torch.__version__}, vizdoom "
-            f"{vizdoom.__version__}; {time.strftime('%Y-%m-%d')}")
+    return machine_line(f"torch {torch.__version__}, vizdoom {vizdoom.__version__}")
 
 
 def write_docs(text: str) -> None:
-    """Replace this benchmark's section of docs/BENCHMARKS.md, leaving the others as they are."""
-    doc = DOCS.read_text() if DOCS.exists() else (
-        "# Benchmarks\n\nFigures come from the `bench/` commands named in each section, run on the "
-        "machine each section names.\n")
-    head, found, tail = doc.partition(SECTION)
-    rest = tail[tail.find("\n## "):] if found and "\n## " in tail else ""
-    DOCS.write_text(head.rstrip("\n") + "\n\n" + SECTION + "\n\n" + text.strip() + "\n" + rest)
+    """Replace this benchmark's section of docs/BENCHMARKS.md."""
+    write_section(SECTION, text)
 
 
 def main(argv: list[str] | None = None) -> int:

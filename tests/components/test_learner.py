@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -29,10 +27,8 @@ from components.messages import (
 )
 from components.models import ModelConfig
 from sfbus import Actor, Signal, slot
-from sfbus.host import ProcessHost
-from sfbus.routing import RoutingTable
-from sfbus.shm import SharedMemory, new_run_id
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from tests.kernel.conftest import hosted
 
 T = 8
 SETTINGS = {"env": "gym:CartPole-v1", "rollout": T, "num_envs": 4, "num_splits": 2,
@@ -130,35 +126,6 @@ def learner_topology(mode: str = "async", **settings: object) -> Topology:
     ))
 
 
-@asynccontextmanager
-async def hosted_run(topology: Topology, run_dir: str | None = None,
-                     transport: str = "inproc") -> AsyncIterator[dict]:
-    """Host ``topology`` in this process, with a run directory (unlike tests/kernel's)."""
-    table = RoutingTable(topology)
-    run_id = new_run_id()
-    specs = [s for a in table.actors.values()
-             for s in a.cls.shared_arrays(a.name, a.spec.params, topology)]
-    shm = SharedMemory.create(run_id, specs)
-    hosts: list[ProcessHost] = []
-    with tempfile.TemporaryDirectory(prefix="sfbus-test-") as sock_dir:
-        try:
-            groups = [list(table.processes)] if transport == "inproc" else [
-                [p] for p in table.processes]
-            for group in groups:
-                host = ProcessHost(table, group, run_id=run_id, run_dir=run_dir,
-                                   sock_dir=None if transport == "inproc" else sock_dir,
-                                   array_specs={s.name: s for s in specs})
-                await host.build()
-                hosts.append(host)
-            for host in hosts:
-                await host.start()
-            yield {a.name: a for h in hosts for a in h.actors}
-        finally:
-            for host in hosts:
-                await host.stop()
-            shm.unlink()
-
-
 async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     """Wait until ``condition()`` holds."""
     deadline = time.monotonic() + timeout
@@ -177,7 +144,7 @@ def published(learner: Learner) -> torch.Tensor:
 
 @pytest.mark.parametrize("transport", ["inproc", "ipc"])
 async def test_async_releases_before_training_and_publishes(transport):
-    async with hosted_run(learner_topology("async"), transport=transport) as actors:
+    async with hosted(learner_topology("async"), transport) as actors:
         learner, driver = actors["learner"], actors["driver"]
         workers = [actors["rollout.0"], actors["rollout.1"]]
         await until(lambda: driver.idle == 1 and driver.versions == [1])
@@ -223,7 +190,7 @@ async def test_async_releases_before_training_and_publishes(transport):
 
 
 async def test_sync_releases_after_publishing():
-    async with hosted_run(learner_topology("sync")) as actors:
+    async with hosted(learner_topology("sync")) as actors:
         driver = actors["driver"]
         await until(lambda: driver.idle == 1)
         # sync mode: each worker has exactly its share of one batch, slots 0..3
@@ -237,7 +204,7 @@ async def test_sync_releases_after_publishing():
 
 
 async def test_stop_checkpoints_and_run_dir_resumes(tmp_path):
-    async with hosted_run(learner_topology(), run_dir=str(tmp_path)) as actors:
+    async with hosted(learner_topology(), run_dir=str(tmp_path)) as actors:
         first, driver = actors["learner"], actors["driver"]
         await until(lambda: driver.idle == 1)
         driver.batch_ready.emit(BATCH)
@@ -247,7 +214,7 @@ async def test_stop_checkpoints_and_run_dir_resumes(tmp_path):
     assert [p.name for p in checkpoints] == ["checkpoint_000000002.pt"]
     assert (tmp_path / "checkpoints" / "policy_0").stat().st_mode & 0o777 == 0o700
 
-    async with hosted_run(learner_topology(), run_dir=str(tmp_path)) as actors:
+    async with hosted(learner_topology(), run_dir=str(tmp_path)) as actors:
         second, driver = actors["learner"], actors["driver"]
         await until(lambda: driver.versions == [2])
         assert second.weights.version == 2 and torch.equal(published(second), final)
@@ -257,12 +224,12 @@ async def test_stop_checkpoints_and_run_dir_resumes(tmp_path):
 
 
 async def test_mismatched_model_refuses_to_resume(tmp_path):
-    async with hosted_run(learner_topology(), run_dir=str(tmp_path)):
+    async with hosted(learner_topology(), run_dir=str(tmp_path)):
         pass
     other = replace(SETTINGS["model"], core_size=8)
     topology = learner_topology(model=other)
     with pytest.raises(CheckpointError, match=r"model\.core_size: checkpoint 16, this run 8"):
-        async with hosted_run(topology, run_dir=str(tmp_path)):
+        async with hosted(topology, run_dir=str(tmp_path)):
             pass
 
 

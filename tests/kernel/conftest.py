@@ -34,7 +34,8 @@ def make_topology(processes: dict[str, dict[str, str]], connections: list[tuple[
 
 
 @asynccontextmanager
-async def hosted(topology: Topology, transport: str) -> AsyncIterator[dict]:
+async def hosted(topology: Topology, transport: str = "inproc",
+                 run_dir: str | None = None) -> AsyncIterator[dict]:
     """Build and start the topology: one host for all (inproc) or one per process (ipc).
 
     Yields the actors by instance name; stops every host and removes sockets and memory after.
@@ -49,7 +50,7 @@ async def hosted(topology: Topology, transport: str) -> AsyncIterator[dict]:
             groups = [list(table.processes)] if transport == "inproc" else [
                 [p] for p in table.processes]
             for group in groups:
-                host = ProcessHost(table, group, run_id=run_id,
+                host = ProcessHost(table, group, run_id=run_id, run_dir=run_dir,
                                    sock_dir=None if transport == "inproc" else sock_dir,
                                    array_specs={s.name: s for s in specs})
                 await host.build()
