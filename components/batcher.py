@@ -12,10 +12,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from components.buffers import rollout_workers
 from components.config import DataPathParams
 from components.messages import BatchReady, LearnerIdle, TrajectoryReady
-from sfbus import Actor, Signal, slot
+from components.recovery import BatcherSlots, BatcherStarted, batcher_starts_spec
+from sfbus import Actor, ArraySpec, Signal, slot
 from sfbus.context import ActorContext
+from sfbus.topology import Topology
 
 
 class Batcher(Actor):
@@ -31,6 +34,7 @@ class Batcher(Actor):
         """Policy id; other policies' trajectories are counted and ignored."""
 
     batch_ready = Signal(BatchReady, "a full batch for the idle learner")
+    batcher_started = Signal(BatcherStarted, "(re)started: what an older batcher held is lost")
 
     def __init__(self, name: str, params: Any = None, context: ActorContext | None = None) -> None:
         super().__init__(name, params, context)
@@ -48,6 +52,32 @@ class Batcher(Actor):
                                                 "full batches waiting for the learner")
         self._m_waiting_trajectories = metrics.gauge(
             "waiting_trajectories", "trajectories not yet in a full batch")
+        self._m_dropped = metrics.counter(
+            "dropped_trajectories", "trajectories taken back by their worker after a restart")
+        self.slots: BatcherSlots | None = None
+
+    @classmethod
+    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+        """The count of this policy's batcher starts (its epoch, see components.recovery)."""
+        return [batcher_starts_spec(params.policy)]
+
+    async def on_start(self) -> None:
+        """Take the next epoch and announce it: the workers release what an older one held."""
+        try:
+            workers = rollout_workers(self.context.table.topology, self.params.rollout_actor)
+        except ValueError:  # no rollout workers (a test feeder): no slot stages to keep
+            workers = []
+        self.slots = BatcherSlots(self.context, self.params.policy, workers)
+        if self.slots.epoch:
+            self.log.warning("%s: restarted as epoch %d; the trajectories the previous batcher "
+                             "held are released to their workers", self.name, self.slots.epoch)
+        self.batcher_started.emit(BatcherStarted(self.params.policy, self.slots.epoch))
+
+    async def on_stop(self) -> None:
+        """Log what the batcher holds (the slot audit of a graceful stop compares it)."""
+        self.log.info("%s: holds %d trajectories at stop (%d waiting, %d in full batches)",
+                      self.name, len(self.pending_slots) + sum(len(b.slots) for b in self.queue),
+                      len(self.pending_slots), sum(len(b.slots) for b in self.queue))
 
     @slot
     def on_trajectory_ready(self, msg: TrajectoryReady) -> None:
@@ -55,6 +85,9 @@ class Batcher(Actor):
         if msg.policy != self.params.policy:
             self.ignored += 1
             self._m_ignored.inc()
+            return
+        if self.slots is not None and not self.slots.accept(msg.worker, msg.slot, msg.epoch):
+            self._m_dropped.inc()  # its worker took it back after a restart (or ours)
             return
         self._m_trajectories.inc()
         self.pending_workers.append(msg.worker)

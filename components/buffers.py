@@ -23,6 +23,7 @@ import torch
 
 from components.config import DataPathParams
 from components.envs import EnvSpec, env_spec
+from components.recovery import stage_array_specs
 from sfbus import ArraySpec, SlotPool
 from sfbus.context import ActorContext
 from sfbus.routing import instance_name
@@ -62,12 +63,14 @@ class TrajectoryLayout:
         return fields
 
     def array_specs(self, worker: str) -> list[ArraySpec]:
-        """Every shared array of worker ``worker``: buffer fields, request table, slot pool."""
+        """Every shared array of worker ``worker``: buffer fields, request table, slot pool and
+        the pool's slot stages (see :mod:`components.recovery`)."""
         specs = [ArraySpec(f"{worker}.traj.{name}", shape, dtype)
                  for name, (shape, dtype) in self.field_shapes().items()]
         specs.append(ArraySpec(f"{worker}.requests", (self.splits, self.rows_per_split, 2),
                                "int64"))
         specs.extend(SlotPool.array_specs(f"{worker}.pool", self.slots))
+        specs.extend(stage_array_specs(worker, self.slots))  # who holds each slot (recovery)
         return specs
 
 
@@ -85,14 +88,17 @@ def trajectory_layout(params: DataPathParams, topology: Topology) -> TrajectoryL
 
     Async: one slot per agent being filled, plus enough spare slots for
     ``num_batches_to_accumulate`` batches spread over the workers; when they run out, collection
-    pauses (the back-pressure). Sync: exactly the slots one batch takes from this worker, released
-    only after training, so collection stops while the learner trains.
+    pauses (the back-pressure). With a population that is per policy, since each policy's batcher
+    fills its own batches. Sync: exactly the slots one batch takes from this worker, released
+    only after training, so collection stops while the learner trains (one policy only).
     """
     spec = env_spec(params.env, **params.env_kwargs)
     workers = len(rollout_workers(topology, params.rollout_actor))
     agents = params.num_envs * spec.num_agents
     per_batch = params.trajectories_per_batch
     if params.mode == "sync":
+        if params.num_policies > 1:
+            raise ValueError("sync mode trains one policy; use mode async with num_policies > 1")
         if per_batch % (workers * agents):
             raise ValueError(
                 f"sync mode: batch_size {params.batch_size} must be a multiple of rollout x "
@@ -100,7 +106,8 @@ def trajectory_layout(params: DataPathParams, topology: Topology) -> TrajectoryL
                 f"contributes the same number of trajectories)")
         slots = per_batch // workers
     else:
-        slots = agents + math.ceil(params.num_batches_to_accumulate * per_batch / workers)
+        slots = agents + math.ceil(
+            params.num_policies * params.num_batches_to_accumulate * per_batch / workers)
     return TrajectoryLayout(spec, params.rollout, params.state_size, slots, params.num_splits,
                             agents // params.num_splits)
 

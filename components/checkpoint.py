@@ -14,7 +14,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +85,12 @@ def save_checkpoint(directory: str | Path, state: Mapping[str, Any], step: int, 
     return path
 
 
-def load_checkpoint(path: str | Path, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def load_checkpoint(path: str | Path, config: Mapping[str, Any] | None = None,
+                    required: Sequence[str] = REQUIRED_KEYS, kind: str = "learner",
+                    ) -> dict[str, Any]:
     """Read a checkpoint; with ``config``, also check it was saved with that fingerprint.
+
+    ``required``: the keys a ``kind`` checkpoint holds (a learner's by default).
 
     Raises :class:`CheckpointError` for an unreadable file or a mismatched configuration.
     """
@@ -97,9 +101,9 @@ def load_checkpoint(path: str | Path, config: Mapping[str, Any] | None = None) -
         raise CheckpointError(
             f"{path}: cannot read checkpoint (corrupt or truncated file); delete it to resume "
             f"from the previous checkpoint") from error
-    if not isinstance(state, dict) or (missing := [k for k in REQUIRED_KEYS if k not in state]):
+    if not isinstance(state, dict) or (missing := [k for k in required if k not in state]):
         what = f"missing {', '.join(missing)}" if isinstance(state, dict) else type(state).__name__
-        raise CheckpointError(f"{path}: not a learner checkpoint ({what})")
+        raise CheckpointError(f"{path}: not a {kind} checkpoint ({what})")
     if config is not None:
         check_config(path, dict(config), state["config"])
     return state

@@ -34,11 +34,15 @@ class DataPathParams:
     """Name of the rollout-worker actor in the topology (its replicas are the workers)."""
     seed: int = 0
     """Base seed; each worker and environment derives its own from it."""
+    num_policies: int = 1
+    """Policies trained side by side (a population); each has its own learner and batcher."""
 
     def __post_init__(self) -> None:
         if self.num_envs % self.num_splits:
             raise ValueError(f"num_envs ({self.num_envs}) must be divisible by num_splits "
                              f"({self.num_splits})")
+        if self.num_policies < 1:
+            raise ValueError(f"num_policies must be >= 1, not {self.num_policies}")
         if self.batch_size % self.rollout:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of rollout "
                              f"({self.rollout})")

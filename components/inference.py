@@ -11,6 +11,7 @@ indices travels on the bus.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -64,16 +65,34 @@ class _Rows:
         # for the actions before stepping it again), so reusing it within a batch is safe.
         self.index = torch.empty((layout.splits, layout.rows_per_split), dtype=torch.int64)
 
-    def flat_index(self, split: int, count: int) -> Tensor:
+    def flat_index(self, split: int, count: int, offset: int = 0) -> Tensor:
         """``slot * (T+1) + t`` of the request's rows, in this split's reused index buffer."""
-        table = self.requests[split, :count]
-        index = self.index[split, :count]
+        table = self.requests[split, offset:offset + count]
+        index = self.index[split, offset:offset + count]
         torch.mul(table[:, 0], self.steps, out=index)
         return index.add_(table[:, 1])
 
 
+@dataclass
+class _Served:
+    """One policy an inference worker serves: its model, published weights and version."""
+
+    policy: int
+    model: Policy | None = None
+    tensors: list[Tensor] = dataclasses.field(default_factory=list)
+    weights: PolicyWeights | None = None
+    version: int = 0
+    used: bool = False
+    """A request for it arrived: new weights are then copied as soon as they are published."""
+
+
 class InferenceWorker(Actor):
-    """Serves one policy's inference requests from rollout workers' shared trajectory buffers."""
+    """Serves policies' inference requests from rollout workers' shared trajectory buffers.
+
+    With ``num_policies`` > 1 it serves every policy of the population, one forward pass per
+    policy with requests in a loop iteration; rollout workers key requests by policy, so with
+    several replicas replica ``r`` serves policies ``r, r + n, ...``.
+    """
 
     component = "inference"
 
@@ -82,7 +101,8 @@ class InferenceWorker(Actor):
         """Data-path settings plus this worker's own."""
 
         policy: int = 0
-        """The policy this worker serves; requests for another policy are a wiring error."""
+        """The policy this worker serves when ``num_policies`` is 1; requests for another
+        policy are a wiring error."""
         random_actions: bool = False
         """Skip the model: draw uniform random actions (Gaussian for a Box), to measure what the
         sampler costs on its own (the paper's "pure sampling" throughput)."""
@@ -96,7 +116,7 @@ class InferenceWorker(Actor):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.version = 0
+        self.served: dict[int, _Served] = {}
         self.batches = 0
         """Forward passes (or random draws) served so far; one per loop iteration with work."""
         self._pending: list[InferenceRequest] = []
@@ -123,33 +143,45 @@ class InferenceWorker(Actor):
         self.rows = [_Rows(TrajectoryBuffer(self.context, name, layout))
                      for name in rollout_workers(topology, p.rollout_actor)]
         self.rng = np.random.default_rng([p.seed, p.policy, self.context.replica, 0x1F])
-        self.policy: Policy | None = None
-        self.weights: PolicyWeights | None = None
-        if not p.random_actions:
-            self.policy = build_policy(p).eval()
-            self.policy.requires_grad_(False)
-            self.tensors = self.policy.published_tensors()
-            if f"policy.{p.policy}.weights" in self.context.array_specs:
-                self.weights = PolicyWeights(self.context, p.policy)
-                if self.weights.weights.numel() != flat_size(self.tensors):
-                    raise ValueError(
-                        f"policy.{p.policy}.weights holds {self.weights.weights.numel()} floats "
-                        f"but this model has {flat_size(self.tensors)}: the learner and the "
-                        f"inference worker disagree on env or model settings")
-                if self.weights.version > 0:
-                    self._refresh()
-            else:
-                # No learner publishes this policy (a sampler benchmark): keep the initial weights.
-                self.log.info("no published weights for policy %d; serving initial weights",
-                              p.policy)
+        ids = [p.policy] if p.num_policies == 1 else range(p.num_policies)
+        self.served = {i: self._load(i) for i in ids}
+        self.policy = self.served[ids[0]].model
+        """The (first) served policy's network; None when acting randomly."""
         self.m_version.set(self.version)
+
+    @property
+    def version(self) -> int:
+        """Version of the weights in use for the (first) served policy."""
+        return next(iter(self.served.values())).version if self.served else 0
+
+    def _load(self, policy: int) -> _Served:
+        """Build the network of ``policy`` and copy its published weights if there are any."""
+        served = _Served(policy)
+        if self.params.random_actions:
+            return served
+        served.model = build_policy(self.params).eval()
+        served.model.requires_grad_(False)
+        served.tensors = served.model.published_tensors()
+        if f"policy.{policy}.weights" not in self.context.array_specs:
+            # No learner publishes this policy (a sampler benchmark): keep the initial weights.
+            self.log.info("no published weights for policy %d; serving initial weights", policy)
+            return served
+        served.weights = PolicyWeights(self.context, policy)
+        if served.weights.weights.numel() != flat_size(served.tensors):
+            raise ValueError(
+                f"policy.{policy}.weights holds {served.weights.weights.numel()} floats but this "
+                f"model has {flat_size(served.tensors)}: the learner and the inference worker "
+                f"disagree on env or model settings")
+        if served.weights.version > 0:
+            self._refresh(served)
+        return served
 
     @slot
     def on_inference_requested(self, request: InferenceRequest) -> None:
-        """Queue a request; all requests of this loop iteration share one forward pass."""
-        if request.policy != self.params.policy:
-            raise ValueError(f"request for policy {request.policy} reached the inference worker "
-                             f"of policy {self.params.policy}")
+        """Queue a request; a loop iteration's requests share one forward pass per policy."""
+        if request.policy not in self.served:
+            raise ValueError(f"request for policy {request.policy} reached an inference worker "
+                             f"serving policies {sorted(self.served)}")
         if not self._pending:
             self._first_arrival = time.perf_counter()
             # The bus delivers a whole frame's messages synchronously, so by the time this runs
@@ -159,17 +191,18 @@ class InferenceWorker(Actor):
 
     @slot
     def on_weights_updated(self, update: WeightsUpdated) -> None:
-        """Copy new weights of our policy now rather than at the next batch."""
-        if update.policy == self.params.policy and self.weights is not None \
-                and self.weights.version > self.version:
-            self._refresh()
+        """Copy new weights of a policy we serve now rather than at its next batch."""
+        served = self.served.get(update.policy)
+        if served is not None and served.used and served.weights is not None \
+                and served.weights.version > served.version:
+            self._refresh(served)
 
-    def _refresh(self) -> None:
-        assert self.weights is not None
+    def _refresh(self, served: _Served) -> None:
+        assert served.weights is not None
         # A seqlock read: ~11 MB for the paper's model, well under a millisecond.
-        self.version = self.weights.read_into(self.tensors)
+        served.version = served.weights.read_into(served.tensors)
         self.m_refreshes.inc()
-        self.m_version.set(self.version)
+        self.m_version.set(served.version)
 
     def _serve_guarded(self) -> None:
         # call_soon callbacks are not slots: contain failures the way the kernel does for slots.
@@ -180,22 +213,39 @@ class InferenceWorker(Actor):
 
     def _serve(self) -> None:
         requests, self._pending = self._pending, []
-        if self.weights is not None and self.weights.version > self.version:
-            self._refresh()
-        indices = [self.rows[r.worker].flat_index(r.split, r.count) for r in requests]
-        total = sum(r.count for r in requests)
-        if self.policy is None:
-            self._random(requests, indices, total)
+        if len(requests) > 1:
+            # A request re-sent after a timeout may arrive together with its original (queued for
+            # a restarted worker): serve only the newest, as both name the same rows.
+            requests = list({(r.worker, r.split, r.offset): r for r in requests}.values())
+        if len(self.served) == 1:
+            self._serve_policy(next(iter(self.served.values())), requests)
         else:
-            self._forward(requests, indices, total)
+            by_policy: dict[int, list[InferenceRequest]] = {}
+            for r in requests:
+                by_policy.setdefault(r.policy, []).append(r)
+            for policy, group in by_policy.items():
+                self._serve_policy(self.served[policy], group)
         self.batches += 1
         for r in requests:
-            self.actions_ready.emit(ActionsReady(r.worker, r.split), key=r.worker)
-        self.m_rows.observe(total)
+            self.actions_ready.emit(ActionsReady(r.worker, r.split, seq=r.seq), key=r.worker)
         self.m_latency.observe(time.perf_counter() - self._first_arrival)
 
-    def _forward(self, requests: list[InferenceRequest], indices: list[Tensor], total: int) -> None:
-        assert self.policy is not None
+    def _serve_policy(self, served: _Served, requests: list[InferenceRequest]) -> None:
+        """One forward pass (or random draw) of ``served`` for ``requests``."""
+        served.used = True
+        if served.weights is not None and served.weights.version > served.version:
+            self._refresh(served)
+        indices = [self.rows[r.worker].flat_index(r.split, r.count, r.offset) for r in requests]
+        total = sum(r.count for r in requests)
+        if served.model is None:
+            self._random(served, requests, indices, total)
+        else:
+            self._forward(served, requests, indices, total)
+        self.m_rows.observe(total)
+
+    def _forward(self, served: _Served, requests: list[InferenceRequest], indices: list[Tensor],
+                 total: int) -> None:
+        assert served.model is not None
         obs, rnn = self._batch(total)
         start = 0
         for r, index in zip(requests, indices, strict=True):
@@ -206,8 +256,8 @@ class InferenceWorker(Actor):
                 torch.index_select(rows.rnn, 0, index, out=rnn[start:end])
             start = end
         with torch.inference_mode():
-            out = self.policy.model.forward_step(self.policy.obs_normalizer(obs), rnn,
-                                                 deterministic=self.params.deterministic)
+            out = served.model.model.forward_step(served.model.obs_normalizer(obs), rnn,
+                                                  deterministic=self.params.deterministic)
             actions = out.actions.reshape(total, *self.spec.action_shape)
             start = 0
             for r, index in zip(requests, indices, strict=True):
@@ -215,14 +265,15 @@ class InferenceWorker(Actor):
                 rows.actions.index_copy_(0, index, actions[start:end].to(rows.actions.dtype))
                 rows.log_probs.index_copy_(0, index, out.log_prob[start:end])
                 rows.values.index_copy_(0, index, out.value[start:end])
-                rows.versions.index_fill_(0, index, self.version)
+                rows.versions.index_fill_(0, index, served.version)
                 if self.state_size:
                     # The state after acting at t enters step t + 1; the index buffer is ours
                     # and no longer needed, so shift it in place.
                     rows.rnn.index_copy_(0, index.add_(1), out.rnn_state[start:end])
                 start = end
 
-    def _random(self, requests: list[InferenceRequest], indices: list[Tensor], total: int) -> None:
+    def _random(self, served: _Served, requests: list[InferenceRequest], indices: list[Tensor],
+                total: int) -> None:
         spec = self.spec
         if spec.is_continuous:
             actions = self.rng.standard_normal((total, *spec.action_shape), dtype=np.float32)
@@ -238,7 +289,7 @@ class InferenceWorker(Actor):
             rows["actions"][flat] = actions[start:end]
             rows["log_probs"][flat] = log_probs[start:end]
             rows["values"][flat] = 0.0
-            rows["versions"][flat] = self.version
+            rows["versions"][flat] = served.version
             if self.state_size:
                 rows["rnn"][flat + 1] = 0.0  # a random policy has no state
             start = end

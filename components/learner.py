@@ -40,6 +40,7 @@ from components.checkpoint import (
 )
 from components.config import DataPathParams
 from components.envs import env_spec
+from components.learner_faults import NumericsGuard, restore_published
 from components.messages import (
     BatchReady,
     LearnerIdle,
@@ -47,8 +48,10 @@ from components.messages import (
     TrainingStats,
     WeightsUpdated,
 )
+from components.pbt_learner import PopulationMember
 from components.policy import Policy, build_policy, published_size
-from sfbus import Actor, ArraySpec, Signal, slot
+from components.recovery import LearnerSlots
+from sfbus import ArraySpec, Signal, slot
 from sfbus.context import ActorContext
 from sfbus.ratelimit import RateLimitedLog
 from sfbus.topology import Topology
@@ -62,8 +65,8 @@ _MEAN_STATS = {"policy_loss": "policy_loss", "value_loss": "value_loss", "entrop
 _GAUGES = ("policy_loss", "value_loss", "entropy", "kl", "grad_norm", "lr", "train_seconds")
 
 
-class Learner(Actor):
-    """Trains one policy with APPO on the batches its batcher sends."""
+class Learner(PopulationMember):
+    """Trains one policy with APPO on the batches its batcher sends (PBT slots: the base)."""
 
     component = "learner"
 
@@ -83,6 +86,10 @@ class Learner(Actor):
         """Newest checkpoints kept; older ones are deleted."""
         torch_threads: int = 1
         """Intra-op threads of torch in this process (the learner owns its core)."""
+        max_bad_updates: int = 5
+        """Non-finite updates in a row after which the last good state is put back."""
+        good_state_every: int = 20
+        """Batches between the in-memory copies of the last good state."""
 
     learner_idle = Signal(LearnerIdle, "ready for the next batch")
     slots_released = Signal(SlotsReleased, "a worker's slots were copied (one per worker)")
@@ -102,6 +109,9 @@ class Learner(Actor):
         self._batch: Batch | None = None
         self._warn = RateLimitedLog(self.log, 60.0)
         m = self.metrics
+        self._numerics = NumericsGuard(
+            self.params.max_bad_updates, self.params.good_state_every, self.log,
+            m.counter("good_state_restores", "last good states put back after bad updates"))
         self._m_samples = m.counter("samples", "samples (agent steps) trained on")
         self._m_skipped = m.counter("skipped_steps", "steps skipped: non-finite loss or gradient")
         self._m_lag = m.histogram("policy_lag", "mean policy lag of each trained trajectory",
@@ -145,6 +155,8 @@ class Learner(Actor):
         workers = [TrajectoryBuffer(self.context, w, layout)
                    for w in rollout_workers(topology, p.rollout_actor)]
         self._sources = [self._source_views(buffer) for buffer in workers]
+        self._slot_stages = LearnerSlots(self.context,
+                                         rollout_workers(topology, p.rollout_actor), self.log)
         self.weights = PolicyWeights(self.context, p.policy)
         if self.context.run_dir is not None:
             self.checkpoint_dir = Path(self.context.run_dir, "checkpoints", f"policy_{p.policy}")
@@ -152,6 +164,9 @@ class Learner(Actor):
             if latest is not None:
                 self.restore(load_checkpoint(latest, self.config_fingerprint()))
                 self.log.info("%s: resumed from %s (version %d)", self.name, latest, self.version)
+        if restore_published(self):  # we restarted: what we published is newer than a checkpoint
+            self.log.warning("%s: restarted; continues from the weights it published last "
+                             "(version %d)", self.name, self.version)
         self._last_checkpoint = time.monotonic()
         self._publish()
         self.learner_idle.emit(LearnerIdle(p.policy))
@@ -176,6 +191,13 @@ class Learner(Actor):
         batch, groups = self.copy_batch(msg)
         if p.mode == "async":
             self._release(groups)
+        # Dropped: a restarted worker already refills one of its slots (components.recovery),
+        # or it has only steps of weights a PBT exchange replaced.
+        if self._slot_stages.torn(groups) or self.discards(batch):
+            if p.mode == "sync":
+                self._release(groups)
+            self.learner_idle.emit(LearnerIdle(p.policy))
+            return
         result = await self._in_thread(self.train, batch)
         self._publish()
         if p.mode == "sync":
@@ -210,6 +232,7 @@ class Learner(Actor):
         """APPO epochs over ``batch`` (the ``copy_batch`` layout); bumps the version. Any thread."""
         start = time.perf_counter()
         p, cfg = self.params, self.params.appo
+        self._numerics.before_batch(self)  # keeps a copy of the last good state now and then
         obs = {k.removeprefix("obs."): v for k, v in batch.items() if k.startswith("obs.")}
         if p.model.normalize_input:
             # Once per batch over steps 0..T-1 (step T reappears as step 0 of the next slot).
@@ -217,7 +240,7 @@ class Learner(Actor):
             for key, rms in stats.items():
                 rms.update(obs[key][:, : p.rollout])
             obs = {k: stats[k].normalize(v) if k in stats else v for k, v in obs.items()}
-        valids = batch["policies"] == p.policy  # another policy's steps only feed V-trace
+        valids = self.valid_steps(batch)  # another policy's steps only feed V-trace
         data = {"obs": obs, "rnn_states": batch["rnn"], "actions": batch["actions"],
                 "log_probs": batch["log_probs"], "values": batch["values"],
                 "rewards": batch["rewards"] * p.reward_scale, "dones": batch["dones"],
@@ -231,6 +254,7 @@ class Learner(Actor):
                 loss_figures, grad_norm = self._sgd_step(
                     data if index is None else _select(data, index))
                 skipped += grad_norm is None
+                self._numerics.after_step(self, grad_norm is not None)  # N bad: last good state
                 figures += [loss_figures] if loss_figures is not None else []
                 norms += [grad_norm] if grad_norm is not None else []
         lag = (self.version - batch["versions"]).float()
@@ -278,6 +302,7 @@ class Learner(Actor):
         return figures, float(grad_norm)
 
     def _release(self, groups: dict[int, list[int]]) -> None:
+        self._slot_stages.consume(groups)  # before the release: a restarted worker reclaims them
         for worker, slots in groups.items():
             self.slots_released.emit(SlotsReleased(worker, tuple(slots)), key=worker)
 
@@ -329,6 +354,7 @@ class Learner(Actor):
             "samples": self.samples,
             "config": self.config_fingerprint(),
             "rng": self.rng.get_state(),
+            **self.population_state(),
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -343,6 +369,7 @@ class Learner(Actor):
         self.env_frames = int(state["env_frames"])
         self.train_steps = int(state["train_steps"])
         self.samples = int(state["samples"])
+        self.restore_population(state)
 
     def save(self) -> Path | None:
         """Write a checkpoint of the current state (None without a run directory)."""

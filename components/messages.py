@@ -8,14 +8,20 @@ from sfbus import Message
 class InferenceRequest(Message, frozen=True):
     """Rollout worker ``worker`` wrote ``count`` rows of split ``split`` to its request table.
 
-    The rows' (slot, t) pairs are ``<rollout>.requests[split, :count]`` in shared memory; the
-    observations and RNN states are in the worker's trajectory buffer at those rows.
+    The rows' (slot, t) pairs are ``<rollout>.requests[split, offset:offset + count]`` in shared
+    memory; the observations and RNN states are in the worker's trajectory buffer at those rows.
+    With several policies a split sends one request per policy acting in it, its rows grouped by
+    policy in the table (``offset`` is where the group starts); the worker steps the split once
+    every group is answered.
     """
 
     worker: int
     split: int
     count: int
     policy: int
+    offset: int = 0
+    seq: int = 0
+    """Request number of the split: a re-sent request gets a new one (see ``ActionsReady``)."""
 
 
 class ActionsReady(Message, frozen=True):
@@ -23,6 +29,9 @@ class ActionsReady(Message, frozen=True):
 
     worker: int
     split: int
+    seq: int = 0
+    """The answered request's ``seq``: the worker ignores answers to requests it re-sent since
+    (0: an answerer that does not echo it, always accepted)."""
 
 
 class TrajectoryReady(Message, frozen=True):
@@ -31,6 +40,8 @@ class TrajectoryReady(Message, frozen=True):
     worker: int
     slot: int
     policy: int
+    epoch: int = 0
+    """The newest epoch of ``policy``'s batcher the worker knew (see components.recovery)."""
 
 
 class BatchReady(Message, frozen=True):
@@ -68,6 +79,8 @@ class EpisodeFinished(Message, frozen=True):
     episode_return: float
     length: int
     frames: int
+    true_return: float = float("nan")
+    """The env's score without reward shaping (NaN: the env does not shape, see the return)."""
 
 
 class RolloutProgress(Message, frozen=True):
@@ -75,6 +88,8 @@ class RolloutProgress(Message, frozen=True):
 
     worker: int
     frames: int
+    policy_frames: tuple[int, ...] = ()
+    """The same frames by the policy that acted (index = policy id); empty for one policy."""
 
 
 class TrainingStats(Message, frozen=True):

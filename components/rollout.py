@@ -11,10 +11,19 @@ When a split's slots hold T steps it emits ``trajectory_ready`` per slot and tak
 from the worker's pool, carrying the last observation and RNN state to step 0. An empty pool
 pauses that split until ``slots_released`` brings slots back: that is async mode's back-pressure
 and sync mode's pause while the learner trains.
+
+With ``num_policies`` > 1 every agent gets a policy at each episode start from the mapping, a
+split sends one request per policy acting in it, and a slot goes to the policy that acted for most
+of its steps (see :mod:`components.policy_mapping`). PBT's reward-shaping coefficients arrive as
+``HyperparamsChanged`` and are applied to the envs whose agents act with that policy.
+
+What the worker does when it, an inference worker or a batcher restarts, or when an env breaks,
+is in :mod:`components.rollout_faults`.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +32,7 @@ import numpy as np
 
 from components.buffers import TrajectoryBuffer, trajectory_layout
 from components.config import DataPathParams
-from components.envs import EnvError, MultiAgentEnv, make_env
+from components.envs import EnvError, MultiAgentEnv
 from components.messages import (
     ActionsReady,
     EpisodeFinished,
@@ -32,6 +41,9 @@ from components.messages import (
     SlotsReleased,
     TrajectoryReady,
 )
+from components.pbt_messages import HyperparamsChanged
+from components.policy_mapping import AgentPolicies, load_mapping
+from components.rollout_faults import WorkerFaults
 from sfbus import Actor, ArraySpec, Signal, slot
 from sfbus.ratelimit import RateLimitedLog
 from sfbus.topology import Topology
@@ -42,9 +54,18 @@ class RolloutParams(DataPathParams):
     """Parameters of a rollout worker: the data-path settings plus its own."""
 
     policy: int = 0
-    """The policy every agent of this worker acts with (multi-policy assignment comes later)."""
+    """The policy every agent of this worker acts with when ``num_policies`` is 1."""
+    policy_mapping: str = "components.policy_mapping:RandomMapping"
+    """With ``num_policies`` > 1: the class (``module:Class``) choosing each agent's policy at
+    its episode starts (see :mod:`components.policy_mapping`)."""
     progress_interval_s: float = 1.0
     """Seconds between ``rollout_progress`` reports to the stats actor."""
+    inference_timeout_s: float = 3.0
+    """A split whose actions did not come within this many seconds (up to twice as many) sends
+    its request again: the inference worker may have died with it."""
+    env_step_timeout_s: float = 10.0
+    """An env step running longer is aborted and the env recreated (0: no watchdog); keep it
+    under the run's ``heartbeat_timeout_s``."""
 
 
 def env_seed(seed: int, worker: int, env: int, incarnation: int = 0) -> int:
@@ -53,7 +74,7 @@ def env_seed(seed: int, worker: int, env: int, incarnation: int = 0) -> int:
     return int(np.random.SeedSequence(words).generate_state(1)[0])
 
 
-class RolloutWorker(Actor):
+class RolloutWorker(WorkerFaults, Actor):
     """Steps ``num_envs`` envs in ``num_splits`` splits with actions from the inference workers."""
 
     component = "rollout"
@@ -91,32 +112,40 @@ class RolloutWorker(Actor):
         self.envs_per_split = p.num_envs // p.num_splits
         self.rows_per_split = layout.rows_per_split
         agents = p.num_envs * na
-        # Per-agent policy id: a multi-policy mapping will rewrite entries at episode starts.
+        # Per-agent policy id; with a population the mapping rewrites entries at episode starts.
+        self.population: AgentPolicies | None = None
         self.agent_policy = np.full(agents, p.policy, np.int64)
+        if p.num_policies > 1:
+            mapping = load_mapping(p.policy_mapping, p.num_policies, self.worker, p.seed)
+            self.population = AgentPolicies(mapping, p.num_policies, p.num_envs, na, p.num_splits)
+            self.agent_policy = self.population.policy
+        self._shaping: dict[int, dict[str, float]] = {}  # PBT's reward shaping per policy
         # Current slot of every agent row (while its split is paused: the slot it just filled).
-        self.row_slots = np.array(self.pool.acquire_many(agents), np.int64)
+        self.row_slots = np.zeros(agents, np.int64)  # taken split by split below
         self.t = [0] * p.num_splits  # the step every row of a split is at
-        self.awaiting = [False] * p.num_splits  # split has an inference request in flight
+        self.awaiting = [0] * p.num_splits  # inference requests of the split still in flight
         # Splits that filled their slots and wait for free ones, first come first served.
         self.paused: deque[int] = deque()
         self.frames_since_report = 0
 
         self._prepare_staging()
-        self._incarnations = [0] * p.num_envs
+        self._start_faults()  # reclaims what a previous incarnation of this worker left taken
+        # A restarted worker seeds its envs afresh rather than replaying its first episodes.
+        self._incarnations = [self.restart_salt] * p.num_envs
         self.env_failures = 0  # envs recreated after an EnvError
         self.envs: list[MultiAgentEnv] = []
-        slots = self.row_slots.tolist()
         for e in range(p.num_envs):
-            env = make_env(p.env, **p.env_kwargs)
+            env = self._new_env()
             self.envs.append(env)
-            out = self._obs_out(e, slots, e * na, 0)
-            env.reset_into(out, seed=env_seed(p.seed, self.worker, e))
-            self._commit_obs(out, slots, e * na, 0)
-        self._rnn[self.row_slots, 0] = 0.0
+            # Reset into the carry: every split starts like one resuming from a pause, so that a
+            # restarted worker waits for slots the batcher still holds instead of failing.
+            s, i = divmod(e, self.envs_per_split)
+            env.reset_into({k: v[i * na:(i + 1) * na] for k, v in self._carry_obs[s].items()},
+                           seed=env_seed(p.seed, self.worker, e, self._incarnations[e]))
+        self.paused.extend(range(p.num_splits))
+        self._resume_paused()  # takes each split's slots and requests its actions
         self._m_free.set(self.pool.free)
         self.every(p.progress_interval_s, self._report_progress)
-        for s in range(p.num_splits):
-            self._request(s)
 
     def _prepare_staging(self) -> None:
         """Bind the buffer's fields, preallocate per-split staging arrays, declare metrics."""
@@ -150,7 +179,8 @@ class RolloutWorker(Actor):
         self._m_free = self.metrics.gauge("free_slots", "Free trajectory slots in the pool")
 
     async def on_stop(self) -> None:
-        """Close every env."""
+        """Log the slot audit, stop the env watchdog, close every env."""
+        self._stop_faults()
         for env in getattr(self, "envs", ()):
             try:
                 env.close()
@@ -161,12 +191,14 @@ class RolloutWorker(Actor):
     def on_actions_ready(self, msg: ActionsReady) -> None:
         """Step the split whose actions the inference worker wrote, then request its next ones."""
         s = msg.split
-        if msg.worker != self.worker or not 0 <= s < len(self.t) or not self.awaiting[s]:
+        if (msg.worker != self.worker or not 0 <= s < len(self.t) or not self.awaiting[s]
+                or self._stale_answer(s, msg.seq)):  # stale: answers a request sent again since
             self._rl_log.warning("stray-actions", "%s: ignored unexpected %r (worker %d)",
                                  self.name, msg, self.worker)
             return
-        self.awaiting[s] = False
-        self._step_split(s)
+        self.awaiting[s] -= 1
+        if not self.awaiting[s]:  # every policy group of the split has its actions
+            self._step_split(s)
 
     @slot
     def on_slots_released(self, msg: SlotsReleased) -> None:
@@ -175,8 +207,9 @@ class RolloutWorker(Actor):
             self._rl_log.warning("stray-release", "%s: ignored %r (worker %d)", self.name, msg,
                                  self.worker)
             return
-        for released in msg.slots:
-            self.pool.release(released)
+        if self.stages.release(msg.slots):  # stale: slots it took back after a restart
+            self._rl_log.warning("stale-release", "%s: ignored a release of slots it no longer "
+                                 "has downstream: %s", self.name, msg.slots)
         self._resume_paused()
         self._m_free.set(self.pool.free)
 
@@ -214,6 +247,13 @@ class RolloutWorker(Actor):
         self._rewards[slots_view, t] = rewards
         self._dones[slots_view, t] = dones
         self._policies[slots_view, t] = self.agent_policy[lo:lo + rps]
+        if self.population is not None:
+            self.population.count_frames(s, self.spec.frameskip)
+            # After recording who acted at t: the next episodes' policies act from t + 1.
+            if self.population.ended:
+                for row in self.population.switch():
+                    if row % na == 0:
+                        self._apply_shaping(row // na)
         if dones.any():
             # forward_step never resets state: a new episode starts from zeros, overwriting the
             # state the inference worker already wrote at t+1.
@@ -251,16 +291,32 @@ class RolloutWorker(Actor):
                 self._m_episodes.inc()
                 self.episode_finished.emit(EpisodeFinished(
                     int(self.agent_policy[row0 + j]), float(info["episode_return"]),
-                    int(info["episode_length"]), int(info["episode_frames"])))
+                    int(info["episode_length"]), int(info["episode_frames"]),
+                    float(info.get("episode_true_return", math.nan))))
+                if self.population is not None:
+                    self.population.ended.append(row0 + j)
 
     def _request(self, s: int) -> None:
         """Write split ``s``'s (slot, t) rows to the request table and ask for actions."""
         rps = self.rows_per_split
         rows = self.buffer.requests[s]
+        seq = self._next_seq(s)
+        if self.population is not None:
+            # One request per policy acting in the split, its rows contiguous in the table and
+            # keyed by policy: with several inference replicas each serves a fixed subset.
+            groups = self.population.groups(s)
+            rows[:rps, 0] = self.row_slots[groups.rows]
+            rows[:rps, 1] = self.t[s]
+            self.awaiting[s] = len(groups.groups)
+            for policy, offset, count in groups.groups:
+                self.inference_requested.emit(
+                    InferenceRequest(self.worker, s, count, policy, offset, seq), key=policy)
+            return
         rows[:rps, 0] = self.row_slots[s * rps:(s + 1) * rps]
         rows[:rps, 1] = self.t[s]
-        self.awaiting[s] = True
-        self.inference_requested.emit(InferenceRequest(self.worker, s, rps, self.params.policy))
+        self.awaiting[s] = 1
+        self.inference_requested.emit(InferenceRequest(self.worker, s, rps, self.params.policy,
+                                                       seq=seq))
 
     # ----- slots -----------------------------------------------------------------------------
 
@@ -272,9 +328,13 @@ class RolloutWorker(Actor):
         for k, arr in self._obs.items():
             self._carry_obs[s][k][:] = arr[slots_view, last]
         self._carry_rnn[s][:] = self._rnn[slots_view, last]
-        policies = self.agent_policy[lo:lo + rps].tolist()
-        for full, policy in zip(slots_view.tolist(), policies, strict=True):
-            self.trajectory_ready.emit(TrajectoryReady(self.worker, full, policy))
+        if self.population is None:
+            policies = self.agent_policy[lo:lo + rps].tolist()
+        else:  # a slot where an agent switched policy goes to its majority policy
+            policies = self.population.owners(s, self._policies[slots_view, :last])
+        epochs = self.stages.submit(slots_view, policies)  # stamped: see components.recovery
+        for full, policy, epoch in zip(slots_view.tolist(), policies, epochs, strict=True):
+            self.trajectory_ready.emit(TrajectoryReady(self.worker, full, policy, epoch))
         self.paused.append(s)
         self._resume_paused()
         self._m_free.set(self.pool.free)
@@ -285,6 +345,7 @@ class RolloutWorker(Actor):
         while self.paused and self.pool.free >= rps:
             s = self.paused.popleft()
             fresh = np.array(self.pool.acquire_many(rps), np.int64)
+            self.stages.filling(fresh)
             lo = s * rps
             self.row_slots[lo:lo + rps] = fresh
             for k, arr in self._obs.items():
@@ -310,10 +371,38 @@ class RolloutWorker(Actor):
             self.log.debug("closing broken env %d failed", e, exc_info=True)
         self._incarnations[e] += 1
         p = self.params
-        env = make_env(p.env, **p.env_kwargs)
+        env = self._new_env()
         env.reset_into(out, seed=env_seed(p.seed, self.worker, e, self._incarnations[e]))
         self.envs[e] = env
+        self._apply_shaping(e)
 
     def _report_progress(self) -> None:
-        self.rollout_progress.emit(RolloutProgress(self.worker, self.frames_since_report))
+        by_policy = () if self.population is None else self.population.take_frames()
+        self.rollout_progress.emit(RolloutProgress(self.worker, self.frames_since_report,
+                                                   by_policy))
         self.frames_since_report = 0
+
+    # ----- population-based training ---------------------------------------------------------
+
+    @slot
+    def on_hyperparams_changed(self, msg: HyperparamsChanged) -> None:
+        """Take a policy's reward-shaping coefficients; apply them to the envs it acts in."""
+        shaping = {name.removeprefix("reward_shaping."): value
+                   for name, value in zip(msg.names, msg.values, strict=True)
+                   if name.startswith("reward_shaping.")}
+        if not shaping:
+            return
+        self._shaping[msg.policy] = shaping
+        for e in range(len(self.envs)):
+            if self.agent_policy[e * self.num_agents] == msg.policy:
+                self._apply_shaping(e)
+
+    def _apply_shaping(self, e: int) -> None:
+        """Set env ``e``'s shaping to its policy's (envs read ``reward_shaping`` every step).
+
+        An env shapes one reward for all its agents: a multi-agent env follows agent 0's policy.
+        """
+        shaping = self._shaping.get(int(self.agent_policy[e * self.num_agents]))
+        coefficients = getattr(self.envs[e], "reward_shaping", None)
+        if shaping and isinstance(coefficients, dict):
+            coefficients.update(shaping)

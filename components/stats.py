@@ -12,12 +12,13 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from components.messages import EpisodeFinished, RolloutProgress, TrainingStats
 from components.status import progress_bar, status_line
-from sfbus import Actor, slot
+from sfbus import Actor, ArraySpec, slot
 from sfbus import metrics as prom
+from sfbus.topology import Topology
 
 # Windows for the frame rate, in seconds (the paper and Sample Factory report 10 s and 60 s).
 _FPS_WINDOWS = (10.0, 60.0)
@@ -29,6 +30,11 @@ class _PolicyStats:
     lengths: deque[int]
     episodes: int = 0
     last: TrainingStats | None = None
+    frames: int = 0
+    """Env frames its agents collected (reported with a population only)."""
+    fps: float | None = None
+    """Its frames per second over the shorter window, and its share of all of them."""
+    share: float = 0.0
 
 
 class Stats(Actor):
@@ -46,12 +52,26 @@ class Stats(Actor):
         """Redraw one status line in place each second (``auto``: when stderr is a terminal);
         otherwise log a plain line each report."""
 
+    @classmethod
+    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+        """The run's totals, [frames, start time in monotonic ns], kept across a restart."""
+        return [ArraySpec(f"{name}.totals", (2,), "int64")]
+
     async def on_start(self) -> None:
-        """Start the report timer."""
-        self.started = time.monotonic()
-        self.frames = 0
-        self.history: deque[tuple[float, int]] = deque([(self.started, 0)])
+        """Start the report timer (a restarted actor continues the run's frames and clock)."""
+        self._totals = (self.context.shared(f"{self.name}.totals").numpy
+                        if self.context is not None
+                        and f"{self.name}.totals" in self.context.array_specs else None)
+        now_ns = time.monotonic_ns()  # the monotonic clock is system-wide: a new process agrees
+        if self._totals is not None and self._totals[1] == 0:
+            self._totals[1] = now_ns
+        start_ns = now_ns if self._totals is None else int(self._totals[1])
+        self.started = time.monotonic() - (now_ns - start_ns) / 1e9
+        self.frames = 0 if self._totals is None else int(self._totals[0])
+        self.history: deque[tuple[float, int]] = deque([(time.monotonic(), self.frames)])
         self.policies: dict[int, _PolicyStats] = {}
+        # (time, frames per policy) at each report, for each policy's frame rate and share
+        self.policy_history: deque[tuple[float, dict[int, int]]] = deque()
         self._frames_metric = prom.counter("sfbus_runner_env_frames_total",
                                            "Environment frames collected", ())
         self._fps_metric = prom.gauge("sfbus_runner_fps", "Env frames per second", ("window",))
@@ -61,6 +81,8 @@ class Stats(Actor):
                                          "Mean episode length in env steps", ("policy",))
         self._episodes_metric = prom.counter("sfbus_runner_episodes_total", "Finished episodes",
                                              ("policy",))
+        self._policy_fps_metric = prom.gauge("sfbus_runner_policy_fps", "Env frames per second "
+                                             "collected by a policy's agents (10 s)", ("policy",))
         self.live = self.params.live == "on" or (self.params.live == "auto"
                                                  and sys.stderr.isatty())
         self.every(self.params.report_every_s, self.report)
@@ -107,6 +129,11 @@ class Stats(Actor):
         """Count frames collected by a rollout worker."""
         self.frames += msg.frames
         self._frames_metric.inc(msg.frames)
+        if self._totals is not None:
+            self._totals[0] = self.frames
+        for policy, frames in enumerate(msg.policy_frames):
+            if frames:
+                self._policy(policy).frames += frames
 
     @slot
     def on_training_stats(self, msg: TrainingStats) -> None:
@@ -131,6 +158,7 @@ class Stats(Actor):
         rates = {f"{w:g}s": self.fps(w) for w in _FPS_WINDOWS}
         for window, rate in rates.items():
             self._fps_metric.labels(window).set(rate)
+        self._policy_rates(now)
         record = {"time": round(now - self.started, 3), "env_frames": self.frames,
                   "fps": {k: round(v, 1) for k, v in rates.items()}, "policies": {}}
         parts = [f"frames {self.frames:,}", "fps " + " / ".join(
@@ -140,6 +168,9 @@ class Stats(Actor):
             record["policies"][str(policy)] = entry
             if "reward" in entry:
                 parts.append(f"p{policy} reward {entry['reward']:.2f} len {entry['length']:.0f}")
+            if stats.fps is not None:
+                name = "" if "reward" in entry else f"p{policy} "
+                parts.append(f"{name}fps {stats.fps:,.0f} ({stats.share:.0%})")
             if stats.last is not None:
                 parts.append(f"v{stats.last.version} lag {stats.last.lag_mean:.1f} "
                              f"loss {stats.last.policy_loss:+.3f}/{stats.last.value_loss:.3f}")
@@ -149,6 +180,23 @@ class Stats(Actor):
             with Path(self.context.run_dir, "progress.jsonl").open("a") as out:
                 out.write(json.dumps(record) + "\n")
 
+    def _policy_rates(self, now: float) -> None:
+        """Each policy's frame rate over the shorter window and its share of the total."""
+        totals = {p: s.frames for p, s in self.policies.items() if s.frames}
+        if not totals:
+            return
+        self.policy_history.append((now, totals))
+        window = min(_FPS_WINDOWS)
+        while len(self.policy_history) > 1 and now - self.policy_history[1][0] >= window:
+            self.policy_history.popleft()
+        then, before = self.policy_history[0]
+        rates = {p: (n - before.get(p, 0)) / max(now - then, 1e-9) for p, n in totals.items()}
+        total = sum(rates.values())
+        for policy, rate in rates.items():
+            stats = self.policies[policy]
+            stats.fps, stats.share = rate, rate / total if total > 0 else 0.0
+            self._policy_fps_metric.labels(str(policy)).set(rate)
+
     def _policy_record(self, policy: int, stats: _PolicyStats) -> dict[str, float]:
         entry: dict[str, float] = {"episodes": stats.episodes}
         if stats.returns:
@@ -156,6 +204,8 @@ class Stats(Actor):
             entry["length"] = sum(stats.lengths) / len(stats.lengths)
             self._reward_metric.labels(str(policy)).set(entry["reward"])
             self._length_metric.labels(str(policy)).set(entry["length"])
+        if stats.fps is not None:
+            entry.update(fps=round(stats.fps, 1), fps_share=round(stats.share, 4))
         if stats.last is not None:
             last = stats.last
             entry.update(version=last.version, lag=last.lag_mean, samples=last.samples,

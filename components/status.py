@@ -58,5 +58,7 @@ def status_line(frames: int, fps: Mapping[str, float], policies: Mapping[str, Ma
             text += f" reward {entry['reward']:.2f}"
         if "version" in entry:
             text += f" v{entry['version']} lag {entry['lag']:.1f}"
+        if "fps_share" in entry:
+            text += f" {entry['fps_share']:.0%} of fps"
         parts.append(text)
     return " | ".join(parts)

@@ -1,0 +1,65 @@
+"""Population-based training through real processes: a population of 4 on CartPole."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from components.checkpoint import checkpoint_path, latest_checkpoint, load_checkpoint
+from components.pbt import population_learners
+from components.pbt_learner import snapshot_dir
+from sfbus.topology import load_topology
+
+TOPOLOGIES = Path(__file__).parents[2] / "topologies"
+
+
+@pytest.mark.parametrize("name, size", [("cartpole_pbt4", 4), ("pbt8", 8)])
+def test_population_topologies_have_one_learner_per_policy(name: str, size: int) -> None:
+    topology = load_topology(TOPOLOGIES / f"{name}.yaml")
+    assert topology.settings["num_policies"] == size
+    assert sorted(population_learners(topology, size)) == list(range(size))
+    with pytest.raises(ValueError, match=rf"policies without exactly one: \[{size}\]"):
+        population_learners(topology, size + 1)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_cartpole_population_mutates_and_exchanges_weights(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "sfbus", "run", str(TOPOLOGIES / "cartpole_pbt4.yaml"),
+         "--run-dir", str(run_dir), "--max-frames", "100000", "--set", "interval=8000",
+         "--set", "mutation_rate=0.5"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert " raised " not in done.stderr, done.stderr[-3000:]
+
+    history = [json.loads(line) for line in (run_dir / "pbt_history.jsonl").read_text()
+               .splitlines()]
+    assert any(entry.get("mutations") for entry in history), history
+    exchanges = [e for e in history if e["event"] == "exchange_done"]
+    assert exchanges, history
+    assert latest_checkpoint(run_dir / "checkpoints" / "pbt") is not None
+
+    compared, went_on = 0, 0
+    for entry in reversed(exchanges):  # older files may have been pruned
+        target = checkpoint_path(run_dir / "checkpoints" / f"policy_{entry['policy']}",
+                                 entry["version"])
+        snapshot = checkpoint_path(snapshot_dir(run_dir, entry["exchange"]),
+                                   entry["source_version"])
+        if not (target.exists() and snapshot.exists()):
+            continue
+        copied, source = load_checkpoint(target), load_checkpoint(snapshot)
+        assert copied["policy"].keys() == source["policy"].keys()
+        assert all(torch.equal(copied["policy"][k], source["policy"][k])
+                   for k in source["policy"])
+        assert copied["min_version"] == entry["version"]
+        # training goes on after the exchange: the final checkpoint is newer
+        went_on += load_checkpoint(latest_checkpoint(target.parent))["version"] > entry["version"]
+        compared += 1
+    assert compared and went_on, exchanges
