@@ -8,7 +8,9 @@ directory that already holds some resumes from the newest (``sfbus run FILE --re
 
 The data path's ``rollout`` and ``batch_size`` are authoritative; ``appo.rollout``,
 ``appo.batch_size``, ``appo.num_batches_to_accumulate`` and ``appo.normalize_input`` are unused
-here (vector observations are normalized iff ``model.normalize_input``, as in inference).
+here (observation statistics are updated iff ``model.normalize_input``; observations always
+go through the policy's ``ObsNormalizer``, as in inference: vectors by their running statistics,
+uint8 images per pixel).
 """
 
 from __future__ import annotations
@@ -234,12 +236,14 @@ class Learner(PopulationMember):
         p, cfg = self.params, self.params.appo
         self._numerics.before_batch(self)  # keeps a copy of the last good state now and then
         obs = {k.removeprefix("obs."): v for k, v in batch.items() if k.startswith("obs.")}
+        stats = self.policy.obs_normalizer.stats
         if p.model.normalize_input:
             # Once per batch over steps 0..T-1 (step T reappears as step 0 of the next slot).
-            stats = self.policy.obs_normalizer.stats
             for key, rms in stats.items():
                 rms.update(obs[key][:, : p.rollout])
-            obs = {k: stats[k].normalize(v) if k in stats else v for k, v in obs.items()}
+        # Always through the normalizer, as inference does: without updates its statistics stay
+        # at mean 0, variance 1 (images then come out as x / 255).
+        obs = {k: stats[k].normalize(v) if k in stats else v for k, v in obs.items()}
         valids = self.valid_steps(batch)  # another policy's steps only feed V-trace
         data = {"obs": obs, "rnn_states": batch["rnn"], "actions": batch["actions"],
                 "log_probs": batch["log_probs"], "values": batch["values"],

@@ -33,8 +33,9 @@ def appo_loss(
     Batch layout (time is axis 1; `T` = the obs' time length - 1):
 
     - `obs`: dict of `[B, T + 1, ...]`. Step T is the observation after the last action, used
-      only for the bootstrap value V(x_T), computed by the *current* model. Vector entries must
-      already be normalized (`ObsNormalizer`, once per batch); uint8 images are raw.
+      only for the bootstrap value V(x_T), computed by the *current* model. Entries should
+      already be normalized (`ObsNormalizer`, once per batch: vectors by running statistics,
+      uint8 images per pixel into float32); raw uint8 images are only scaled by the model.
     - `rnn_states`: `[B, S]` state entering step 0, or the `[B, T + 1, S]` buffer field (its
       step 0 is used).
     - `actions` `[B, T, heads]` int64 or `[B, T, dim]` float; `log_probs` `[B, T]` log mu(a|x);

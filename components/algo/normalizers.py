@@ -3,6 +3,11 @@
 Statistics live in float64 buffers, so they travel in `state_dict` and can be copied into a
 shared-memory parameter block like the weights. Stats are updated only in training mode (the
 learner); inference workers keep their copy in `eval()` mode and only read it.
+
+uint8 images are normalized per pixel, as Sample Factory's `normalize_input` does: scaled to
+[0, 1], then (x - mean) / sqrt(var + 1e-5) per pixel and channel. The static background maps to
+~0 and what moves (the monster in doom_basic) stands out; with a plain 1/255 scaling, doom_basic
+did not learn at all in 110 updates (Sample Factory: mean reward 50 after ~85).
 """
 
 from __future__ import annotations
@@ -13,17 +18,24 @@ from torch import Tensor, nn
 
 class RunningMeanStd(nn.Module):
     """Mean and population variance over every sample seen, merged batch by batch
-    (Chan et al.'s parallel form of Welford's algorithm)."""
+    (Chan et al.'s parallel form of Welford's algorithm).
+
+    `scale` multiplies the inputs before anything else (1/255 for uint8 images, whose statistics
+    are then in [0, 1] units); integer inputs are normalized into float32.
+    """
 
     mean: Tensor
     var: Tensor
     count: Tensor
 
-    def __init__(self, shape: tuple[int, ...] = (), clip: float = 5.0, eps: float = 1e-8) -> None:
+    def __init__(
+        self, shape: tuple[int, ...] = (), clip: float = 5.0, eps: float = 1e-8, scale: float = 1.0
+    ) -> None:
         super().__init__()
         self.shape = tuple(shape)
         self.clip = clip
         self.eps = eps
+        self.scale = scale
         self.register_buffer("mean", torch.zeros(self.shape, dtype=torch.float64))
         self.register_buffer("var", torch.ones(self.shape, dtype=torch.float64))
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
@@ -31,12 +43,17 @@ class RunningMeanStd(nn.Module):
     @torch.no_grad()
     def update(self, x: Tensor) -> None:
         """Merge the samples of `x [..., *shape]` into the running statistics."""
-        batch = x.detach().reshape(-1, *self.shape).to(torch.float64)
-        n = batch.shape[0]
-        if n == 0:
-            return
-        batch_mean = batch.mean(0)
-        batch_var = batch.var(0, unbiased=False)
+        batch = x.detach().reshape(-1, *self.shape)
+        # Moments per chunk of ~4M values, merged exactly: a batch of images is ~60M values, and
+        # one float64 copy of it would be ~0.5 GB. Integer (image) chunks are exact in float32.
+        rows = max(1, (1 << 22) // max(1, batch[:1].numel()))
+        dtype = torch.float64 if batch.is_floating_point() else torch.float32
+        for part in batch.split(rows):
+            var, mean = torch.var_mean(part.to(dtype), dim=0, correction=0)
+            # scale the moments, not the samples: one pass less over the batch
+            self._merge(mean.double() * self.scale, var.double() * self.scale**2, part.shape[0])
+
+    def _merge(self, batch_mean: Tensor, batch_var: Tensor, n: int) -> None:
         total = self.count + n
         delta = batch_mean - self.mean
         # M2 = M2_a + M2_b + delta^2 n_a n_b / n
@@ -46,15 +63,22 @@ class RunningMeanStd(nn.Module):
         self.count.copy_(total)
 
     def normalize(self, x: Tensor) -> Tensor:
-        """(x - mean) / sqrt(var + eps), clipped to [-clip, clip], in `x`'s dtype."""
+        """(x * scale - mean) / sqrt(var + eps), clipped to [-clip, clip]; in `x`'s dtype, or
+        float32 for integer `x`."""
         std = torch.sqrt(self.var + self.eps)
-        out = (x.to(torch.float64) - self.mean) / std
+        if not x.is_floating_point():
+            # Images, on the inference hot path: one float32 copy and three in-place passes,
+            # x * (scale / std) - mean / std, instead of float64 temporaries.
+            out = x.to(torch.float32)
+            out.mul_((self.scale / std).float()).sub_((self.mean / std).float())
+            return out.clamp_(-self.clip, self.clip)
+        out = (x.to(torch.float64) * self.scale - self.mean) / std
         return out.clamp(-self.clip, self.clip).to(x.dtype)
 
     def denormalize(self, x: Tensor) -> Tensor:
-        """x * sqrt(var + eps) + mean, the inverse of `normalize` (without the clip)."""
+        """(x * sqrt(var + eps) + mean) / scale, the inverse of `normalize` (without the clip)."""
         std = torch.sqrt(self.var + self.eps)
-        return (x.to(torch.float64) * std + self.mean).to(x.dtype)
+        return ((x.to(torch.float64) * std + self.mean) / self.scale).to(x.dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         """Update the statistics with `x` in training mode, then normalize it."""
@@ -72,21 +96,25 @@ class ReturnsNormalizer(RunningMeanStd):
 
 
 class ObsNormalizer(nn.Module):
-    """Normalizes every float entry of an observation dict; uint8 images pass through untouched
-    (the model scales them by 1/255)."""
+    """Normalizes every entry of an observation dict: float entries by their running statistics,
+    uint8 images per pixel after scaling to [0, 1] (into float32; Sample Factory's eps 1e-5)."""
+
+    IMAGE_EPS = 1e-5
+    """Variance floor of an image pixel in [0, 1] units: a pixel that never changes maps to 0."""
 
     def __init__(self, obs_spec: dict[str, tuple[tuple[int, ...], str]], clip: float = 5.0) -> None:
         super().__init__()
         self.stats = nn.ModuleDict(
             {
-                key: RunningMeanStd(tuple(shape), clip=clip)
+                key: RunningMeanStd(tuple(shape), clip=clip, eps=self.IMAGE_EPS, scale=1.0 / 255.0)
+                if dtype == "uint8"
+                else RunningMeanStd(tuple(shape), clip=clip)
                 for key, (shape, dtype) in obs_spec.items()
-                if dtype != "uint8"
             }
         )
 
     def forward(self, obs: dict[str, Tensor]) -> dict[str, Tensor]:
-        """A new dict with float entries normalized (stats updated first in training mode)."""
+        """A new dict with every entry normalized (stats updated first in training mode)."""
         return {
             key: self.stats[key](value) if key in self.stats else value
             for key, value in obs.items()

@@ -54,7 +54,8 @@ class AppoConfig:
     normalize_returns: bool = True
     """Critic predicts returns normalized by running statistics (`ReturnsNormalizer`)."""
     normalize_input: bool = True
-    """Vector observations pass through `ObsNormalizer` (images are only scaled by 1/255)."""
+    """Observations pass through `ObsNormalizer` (vectors by running statistics, uint8 images
+    per pixel after scaling to [0, 1])."""
     normalize_advantage: bool = True
     """Standardize advantages over each minibatch's valid samples."""
     num_batches_to_accumulate: int = 2

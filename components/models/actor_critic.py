@@ -57,8 +57,11 @@ class ActorCritic(nn.Module):
         self._init_weights()
 
     def _init_weights(self) -> None:
-        # Orthogonal init as in Sample Factory / CleanRL: sqrt(2) gain for hidden layers, a small
-        # actor head so the first policy is near uniform, unit gain for the critic.
+        # Orthogonal init: sqrt(2) gain for hidden layers, unit gain for the critic and for the
+        # actor head, as Sample Factory (policy_init_gain=1). A CleanRL-style 0.01 actor head kept
+        # doom_basic's policy at exactly uniform: entropy 1.3863 -> 1.3775 after 90 updates even
+        # with per-pixel input normalization, where gain 1 learns (mean reward +38 at ~370k
+        # frames): the small head scales the policy gradient reaching the core and encoder by 0.01.
         for module in self.encoder.modules():
             if isinstance(module, nn.Linear | nn.Conv2d):
                 nn.init.orthogonal_(module.weight, gain=math.sqrt(2.0))
@@ -69,7 +72,7 @@ class ActorCritic(nn.Module):
                     nn.init.orthogonal_(param)
                 else:
                     nn.init.zeros_(param)
-        nn.init.orthogonal_(self.actor.weight, gain=0.01)
+        nn.init.orthogonal_(self.actor.weight, gain=1.0)
         nn.init.zeros_(self.actor.bias)
         nn.init.orthogonal_(self.critic.weight, gain=1.0)
         nn.init.zeros_(self.critic.bias)

@@ -40,5 +40,6 @@ class ModelConfig:
     """Activation after every hidden layer (Sample Factory uses ELU throughout)."""
 
     normalize_input: bool = True
-    """Recorded here for the caller: vector observations go through `ObsNormalizer` *outside*
-    the model; uint8 images are always scaled by 1/255 inside it."""
+    """Recorded here for the caller: the learner updates `ObsNormalizer`'s running statistics
+    (vectors; uint8 images per pixel, Sample Factory's `normalize_input`) *outside* the model.
+    Raw uint8 images that reach the model are scaled by 1/255 inside it."""
