@@ -108,8 +108,13 @@ def trajectory_layout(params: DataPathParams, topology: Topology) -> TrajectoryL
     else:
         slots = agents + math.ceil(
             params.num_policies * params.num_batches_to_accumulate * per_batch / workers)
+    rows_per_split = agents // params.num_splits
+    if params.sampling == "batched" and params.mode == "async":
+        # Splits take whole blocks of rows_per_split slots (components.batched): round up to
+        # whole blocks, plus one for the block a batch boundary leaves partly released.
+        slots = (math.ceil(slots / rows_per_split) + 1) * rows_per_split
     return TrajectoryLayout(spec, params.rollout, params.state_size, slots, params.num_splits,
-                            agents // params.num_splits)
+                            rows_per_split)
 
 
 class TrajectoryBuffer:

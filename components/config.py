@@ -36,6 +36,9 @@ class DataPathParams:
     """Base seed; each worker and environment derives its own from it."""
     num_policies: int = 1
     """Policies trained side by side (a population); each has its own learner and batcher."""
+    sampling: Literal["non_batched", "batched"] = "non_batched"
+    """``batched``: each split's slots are one contiguous block, so the inference worker runs on
+    a slice of the buffer with no gather (one policy only, see :mod:`components.batched`)."""
 
     def __post_init__(self) -> None:
         if self.num_envs % self.num_splits:
@@ -43,6 +46,9 @@ class DataPathParams:
                              f"({self.num_splits})")
         if self.num_policies < 1:
             raise ValueError(f"num_policies must be >= 1, not {self.num_policies}")
+        if self.sampling == "batched" and self.num_policies > 1:
+            raise ValueError(f"sampling: batched runs one policy per worker, but num_policies is "
+                             f"{self.num_policies}; use sampling: non_batched for a population")
         if self.batch_size % self.rollout:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of rollout "
                              f"({self.rollout})")

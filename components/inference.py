@@ -5,7 +5,8 @@ A request names rows ``(slot, t)`` of a rollout worker's trajectory buffer (its 
 straight from shared memory, runs the policy once for every request that arrived in the same loop
 iteration, writes actions, log-probabilities, values and the policy version back into the same
 rows and the new RNN state into row ``t + 1``, then signals each rollout worker. Nothing but
-indices travels on the bus.
+indices travels on the bus. With ``sampling: batched`` a request names a contiguous block of
+slots instead, served from a view of it with no gather (see :mod:`components.batched`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from components.batched import BlockServer
 from components.buffers import (
     PolicyWeights,
     TrajectoryBuffer,
@@ -124,6 +126,7 @@ class InferenceWorker(Actor):
         self._capacity = 0
         self._obs_batch: dict[str, Tensor] = {}
         self._rnn_batch = torch.empty(0)
+        self.blocks: BlockServer | None = None
 
     async def on_start(self) -> None:
         """Build the policy, attach every rollout worker's buffer and the published weights."""
@@ -140,9 +143,13 @@ class InferenceWorker(Actor):
         layout = trajectory_layout(p, topology)
         self.spec = layout.spec
         self.state_size = p.state_size
-        self.rows = [_Rows(TrajectoryBuffer(self.context, name, layout))
-                     for name in rollout_workers(topology, p.rollout_actor)]
+        buffers = [TrajectoryBuffer(self.context, name, layout)
+                   for name in rollout_workers(topology, p.rollout_actor)]
+        self.rows = [_Rows(buffer) for buffer in buffers]
         self.rng = np.random.default_rng([p.seed, p.policy, self.context.replica, 0x1F])
+        self.blocks = (BlockServer(buffers, self.state_size, self.spec.action_shape, self.rng)
+                       if p.sampling == "batched" else None)
+        """Batched sampling: serves requests from slices of the buffers."""
         ids = [p.policy] if p.num_policies == 1 else range(p.num_policies)
         self.served = {i: self._load(i) for i in ids}
         self.policy = self.served[ids[0]].model
@@ -235,6 +242,14 @@ class InferenceWorker(Actor):
         served.used = True
         if served.weights is not None and served.weights.version > served.version:
             self._refresh(served)
+        if self.blocks is not None:  # batched: one pass per block, on a view of it
+            for r in requests:
+                if served.model is None:
+                    self.blocks.random(r, served.version, self.spec)
+                else:
+                    self.blocks.forward(served.model, r, served.version, self.params.deterministic)
+                self.m_rows.observe(r.count)
+            return
         indices = [self.rows[r.worker].flat_index(r.split, r.count, r.offset) for r in requests]
         total = sum(r.count for r in requests)
         if served.model is None:

@@ -22,6 +22,11 @@ class InferenceRequest(Message, frozen=True):
     offset: int = 0
     seq: int = 0
     """Request number of the split: a re-sent request gets a new one (see ``ActionsReady``)."""
+    block: int = -1
+    """Batched sampling: the rows are slots ``block .. block + count - 1`` at step ``t``, one
+    contiguous slice of the buffer (the request table is not read); -1: read the table."""
+    t: int = 0
+    """Batched sampling: the step the block's rows are at."""
 
 
 class ActionsReady(Message, frozen=True):

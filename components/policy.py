@@ -17,7 +17,8 @@ class Policy(nn.Module):
     def __init__(self, spec: EnvSpec, params: DataPathParams) -> None:
         super().__init__()
         obs_spec = {k: (f.shape, f.dtype) for k, f in spec.observation_space.items()}
-        self.obs_normalizer = ObsNormalizer(obs_spec)
+        # normalize_input off means no normalization at all (not even clipping)
+        self.obs_normalizer = ObsNormalizer(obs_spec if params.model.normalize_input else {})
         self.model = ActorCritic(
             obs_spec,
             action_heads=spec.action_heads or None,

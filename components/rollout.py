@@ -18,7 +18,8 @@ of its steps (see :mod:`components.policy_mapping`). PBT's reward-shaping coeffi
 ``HyperparamsChanged`` and are applied to the envs whose agents act with that policy.
 
 What the worker does when it, an inference worker or a batcher restarts, or when an env breaks,
-is in :mod:`components.rollout_faults`.
+is in :mod:`components.rollout_faults`. With ``sampling: batched`` every split fills one
+contiguous block of slots and names it in its requests (see :mod:`components.batched`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from components.batched import BlockSlots
 from components.buffers import TrajectoryBuffer, trajectory_layout
 from components.config import DataPathParams
 from components.envs import EnvError, MultiAgentEnv
@@ -106,6 +108,8 @@ class RolloutWorker(WorkerFaults, Actor):
         self.buffer = TrajectoryBuffer(self.context, self.name, layout)
         self.pool = self.context.slot_pool(f"{self.name}.pool", owner=self.name, actor=self.name)
         self._rl_log = RateLimitedLog(self.log)
+        self.blocks = (BlockSlots(self.context, self.name, self.pool, layout.rows_per_split)
+                       if p.sampling == "batched" else None)
 
         self.num_agents = na = self.spec.num_agents
         self.rollout = p.rollout
@@ -222,7 +226,9 @@ class RolloutWorker(WorkerFaults, Actor):
         lo = s * rps
         slots_view = self.row_slots[lo:lo + rps]
         slots = slots_view.tolist()
-        actions = self._actions[slots_view, t]  # one gather for the whole split
+        # Batched: the split's slots are one block, so every field is a slice (a view).
+        index = slots_view if self.blocks is None else slice(slots[0], slots[0] + rps)
+        actions = self._actions[index, t]  # one gather (or view) for the whole split
         rewards, dones = self._step_rewards[s], self._step_dones[s]
         e0 = s * self.envs_per_split
         for i in range(self.envs_per_split):
@@ -244,9 +250,9 @@ class RolloutWorker(WorkerFaults, Actor):
                 done = dones[a:a + na].any()
             if done:
                 self._episodes_ended(lo + a, infos)
-        self._rewards[slots_view, t] = rewards
-        self._dones[slots_view, t] = dones
-        self._policies[slots_view, t] = self.agent_policy[lo:lo + rps]
+        self._rewards[index, t] = rewards
+        self._dones[index, t] = dones
+        self._policies[index, t] = self.agent_policy[lo:lo + rps]
         if self.population is not None:
             self.population.count_frames(s, self.spec.frameskip)
             # After recording who acted at t: the next episodes' policies act from t + 1.
@@ -274,11 +280,14 @@ class RolloutWorker(WorkerFaults, Actor):
         if self.num_agents == 1:
             row = slots[a]
             return {k: arr[row:row + 1, t] for k, arr in self._obs.items()}
+        if self.blocks is not None:  # the env's agents are contiguous slots too
+            row = slots[a]
+            return {k: arr[row:row + self.num_agents, t] for k, arr in self._obs.items()}
         return self._scratch[e]
 
     def _commit_obs(self, out: dict[str, np.ndarray], slots: list[int], a: int, t: int) -> None:
         """Scatter a multi-agent env's scratch rows to its agents' slots at step ``t``."""
-        if self.num_agents == 1:
+        if self.num_agents == 1 or self.blocks is not None:
             return  # already written in place
         env_slots = slots[a:a + self.num_agents]
         for k, arr in self._obs.items():
@@ -301,6 +310,12 @@ class RolloutWorker(WorkerFaults, Actor):
         rps = self.rows_per_split
         rows = self.buffer.requests[s]
         seq = self._next_seq(s)
+        if self.blocks is not None:  # one contiguous block: no request table to write
+            self.awaiting[s] = 1
+            self.inference_requested.emit(InferenceRequest(
+                self.worker, s, rps, self.params.policy, seq=seq,
+                block=int(self.row_slots[s * rps]), t=self.t[s]))
+            return
         if self.population is not None:
             # One request per policy acting in the split, its rows contiguous in the table and
             # keyed by policy: with several inference replicas each serves a fixed subset.
@@ -342,9 +357,11 @@ class RolloutWorker(WorkerFaults, Actor):
     def _resume_paused(self) -> None:
         """Give fresh slots to waiting splits in arrival order while the pool has enough."""
         rps = self.rows_per_split
-        while self.paused and self.pool.free >= rps:
+        while self.paused:
+            fresh = self._take_slots()
+            if fresh is None:
+                break
             s = self.paused.popleft()
-            fresh = np.array(self.pool.acquire_many(rps), np.int64)
             self.stages.filling(fresh)
             lo = s * rps
             self.row_slots[lo:lo + rps] = fresh
@@ -356,6 +373,14 @@ class RolloutWorker(WorkerFaults, Actor):
         if self.paused:
             self.log.debug("%s: splits %s wait for slots (%d free)", self.name,
                            list(self.paused), self.pool.free)
+
+    def _take_slots(self) -> np.ndarray | None:
+        """A split's fresh slots (batched: one free block), or None while too few are free."""
+        if self.blocks is not None:
+            return self.blocks.try_acquire()
+        if self.pool.free < self.rows_per_split:
+            return None
+        return np.array(self.pool.acquire_many(self.rows_per_split), np.int64)
 
     # ----- faults and reports ----------------------------------------------------------------
 

@@ -279,7 +279,7 @@ def test_training_raises_log_prob_of_rewarded_actions():
     learner = bandit_learner(num_batches_per_epoch=2)
     gen = torch.Generator().manual_seed(0)
     start = rewarded_log_prob(learner)
-    assert abs(start - math.log(0.5)) < 0.05
+    assert start < math.log(0.7)  # the fresh policy does not already prefer the rewarded action
     for _ in range(300):
         result = learner.train(bandit_batch(learner, gen))
         assert result["skipped"] == 0

@@ -49,13 +49,18 @@ def test_state_dict_round_trip():
     torch.testing.assert_close(copy.normalize(x), rms.normalize(x))
 
 
-def test_obs_normalizer_leaves_images_and_updates_only_in_training():
+def test_obs_normalizer_normalizes_images_per_pixel_and_updates_only_in_training():
     spec = {"obs": ((3, 4, 4), "uint8"), "measurements": ((2,), "float32")}
     norm = ObsNormalizer(spec)
     image = torch.randint(0, 256, (5, 3, 4, 4), dtype=torch.uint8)
+    image[:, 0] = 77  # a channel that never changes maps to 0
     measurements = torch.randn(5, 2) * 10 + 4
     out = norm({"obs": image, "measurements": measurements})
-    assert out["obs"] is image
+    assert out["obs"].dtype == torch.float32
+    pixels = image.double() / 255
+    expected = (pixels - pixels.mean(0)) / torch.sqrt(pixels.var(0, unbiased=False) + 1e-5)
+    torch.testing.assert_close(out["obs"].double(), expected.clamp(-5, 5), rtol=1e-4, atol=1e-4)
+    assert out["obs"][:, 0].abs().max() < 1e-4
     mean, std = measurements.double().mean(0), measurements.double().std(0, unbiased=False)
     torch.testing.assert_close(
         out["measurements"].double(), (measurements - mean) / std, rtol=1e-4, atol=1e-4
@@ -63,9 +68,11 @@ def test_obs_normalizer_leaves_images_and_updates_only_in_training():
     norm.eval()
     norm({"obs": image, "measurements": measurements + 100})
     assert norm.stats["measurements"].count.item() == 5
+    assert norm.stats["obs"].count.item() == 5
     restored = ObsNormalizer(spec)
     restored.load_state_dict(norm.state_dict())
     torch.testing.assert_close(restored.stats["measurements"].mean, mean)
+    torch.testing.assert_close(restored.stats["obs"].mean, pixels.mean(0))
 
 
 @pytest.mark.parametrize("clip", [1.0, 5.0])

@@ -1,0 +1,116 @@
+"""Batched sampling (``sampling: batched``): a split's rows are one slice of the buffer.
+
+Non-batched sampling (the default) lets every row of a split sit in any slot, so the inference
+worker gathers the rows a request names from the request table; that is what lets agents act
+with different policies. Batched sampling gives up that freedom (one policy per worker) so that
+no gather is needed: the slot pool is laid out in blocks of ``rows_per_split`` slots
+(:func:`components.buffers.trajectory_layout` rounds it up), a split always takes one whole free
+block, and its rows at step ``t`` are the slice ``[block:block + rows_per_split, t]`` of every
+buffer field. The rollout worker steps its envs writing straight into that slice and reads the
+actions from it; an ``InferenceRequest`` names ``(block, count, t)`` and the inference worker
+runs the model on views of the slice and writes its outputs back by slice assignment (one
+forward pass per request, as Sample Factory's batched mode runs one per worker's batch).
+
+The learner and batcher see slots as usual: a block's slots are submitted and released one by
+one, and a block is free again once all of its slots are.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from components.buffers import TrajectoryBuffer
+from components.messages import InferenceRequest
+from sfbus import SlotPool
+from sfbus.context import ActorContext
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+_FIELDS = ("rnn", "actions", "log_probs", "values", "versions")
+
+
+class BlockSlots:
+    """A rollout worker's slot pool taken a block of ``rows`` contiguous slots at a time."""
+
+    def __init__(self, context: ActorContext, worker: str, pool: SlotPool, rows: int) -> None:
+        if pool.size % rows:
+            raise ValueError(f"{worker}: {pool.size} slots are not whole blocks of {rows}")
+        self.pool = pool
+        self.rows = rows
+        # The pool's shared state (0 = free), one row per block.
+        self.state = context.shared(f"{pool.name}.state").numpy.reshape(-1, rows)
+
+    def try_acquire(self) -> np.ndarray | None:
+        """Take the first wholly free block: its slot indices (ascending), or None."""
+        free = np.flatnonzero(~self.state.any(axis=1))
+        if not len(free):
+            return None
+        start = int(free[0]) * self.rows
+        block = range(start, start + self.rows)
+        # SlotPool hands out slots from its free list only; take these particular ones out of
+        # it (O(free slots), once per split per T steps).
+        pool: Any = self.pool
+        pool._free[:] = [s for s in pool._free if not start <= s < start + self.rows]
+        for slot in block:
+            pool._take(slot)
+        return np.arange(start, start + self.rows, dtype=np.int64)
+
+
+class BlockServer:
+    """The inference worker's side: serves block requests on views of the workers' buffers."""
+
+    def __init__(self, buffers: list[TrajectoryBuffer], state_size: int,
+                 action_shape: tuple[int, ...], rng: np.random.Generator) -> None:
+        self.obs = [buffer.obs_torch() for buffer in buffers]
+        self.torch = [{name: buffer.torch[name] for name in _FIELDS} for buffer in buffers]
+        self.numpy = [{name: buffer.numpy[name] for name in _FIELDS} for buffer in buffers]
+        self.state_size = state_size
+        self.action_shape = action_shape
+        self.rng = rng
+        self.requests = 0
+        """Requests served from a slice (none ever gathered)."""
+
+    def forward(self, policy: Any, request: InferenceRequest, version: int,
+                deterministic: bool) -> None:
+        """Run ``policy`` (a :class:`components.policy.Policy`) on the request's slice."""
+        rows, t = slice(request.block, request.block + request.count), request.t
+        fields = self.torch[request.worker]
+        obs = {k: v[rows, t] for k, v in self.obs[request.worker].items()}  # views, no copy
+        rnn: Tensor = fields["rnn"][rows, t]
+        if not self.state_size:
+            rnn = rnn[:, :0]
+        with torch.inference_mode():
+            out = policy.model.forward_step(policy.obs_normalizer(obs), rnn,
+                                            deterministic=deterministic)
+            actions = fields["actions"]
+            actions[rows, t] = out.actions.reshape(request.count, *self.action_shape).to(
+                actions.dtype)
+            fields["log_probs"][rows, t] = out.log_prob
+            fields["values"][rows, t] = out.value
+            fields["versions"][rows, t] = version
+            if self.state_size:
+                fields["rnn"][rows, t + 1] = out.rnn_state  # the state after acting at t
+        self.requests += 1
+
+    def random(self, request: InferenceRequest, version: int, spec: Any) -> None:
+        """Uniform random actions (Gaussian for a Box) into the request's slice."""
+        rows, t, n = slice(request.block, request.block + request.count), request.t, request.count
+        fields = self.numpy[request.worker]
+        if spec.is_continuous:
+            actions = self.rng.standard_normal((n, *spec.action_shape), dtype=np.float32)
+            log_probs = (-0.5 * np.square(actions) - _LOG_SQRT_2PI).reshape(n, -1).sum(1)
+        else:
+            heads = np.asarray(spec.action_heads)
+            actions = self.rng.integers(0, heads, size=(n, len(heads)))
+            log_probs = np.full(n, -np.log(heads).sum())
+        fields["actions"][rows, t] = actions.reshape(n, *spec.action_shape)
+        fields["log_probs"][rows, t] = log_probs
+        fields["values"][rows, t] = 0.0
+        fields["versions"][rows, t] = version
+        if self.state_size:
+            fields["rnn"][rows, t + 1] = 0.0  # a random policy has no state
+        self.requests += 1
