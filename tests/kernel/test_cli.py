@@ -53,5 +53,5 @@ def test_impossible_sizes_are_bad_input(capsys: pytest.CaptureFixture[str]) -> N
     assert main(["validate", str(topologies / "doom_basic_sync.yaml"), "--set", "num_envs=6"]) == 2
     assert capsys.readouterr().err == (
         f"error: {topologies / 'appo.yaml'}:{line}:7: actor 'rollout': sync mode: batch_size 1024 "
-        "must be a multiple of rollout x agents = 32 x 12 (every agent of every worker contributes the "
-        "same number of trajectories)\n")
+        "must be a multiple of rollout x agents = 32 x 12 (every agent of every worker "
+        "contributes the same number of trajectories)\n")
