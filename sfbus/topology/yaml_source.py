@@ -144,7 +144,10 @@ def load_yaml(file: str) -> Document:
 
 def parse_yaml(text: str, file: str) -> Document:
     """Parse YAML ``text`` (named ``file`` in errors) into a located :class:`Document`."""
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # the reader rejects control characters already here
+    except yaml.YAMLError as error:
+        raise TopologyError(f"invalid YAML: {_first_line(error)}", file=file) from None
     try:
         node = loader.get_single_node()
         doc = Document(file, None)
@@ -159,9 +162,14 @@ def parse_yaml(text: str, file: str) -> Document:
                             line=mark.line + 1 if mark else None,
                             column=mark.column + 1 if mark else None) from None
     except yaml.YAMLError as error:
-        raise TopologyError(f"invalid YAML: {error}", file=file) from None
+        raise TopologyError(f"invalid YAML: {_first_line(error)}", file=file) from None
     finally:
         loader.dispose()
+
+
+def _first_line(error: Exception) -> str:
+    """PyYAML's messages span lines; errors here are one line."""
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def _where(file: str, node: Node) -> Where:
