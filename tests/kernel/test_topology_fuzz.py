@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import yaml
@@ -28,10 +29,8 @@ FUZZ = settings(max_examples=150, deadline=None,
 def test_random_documents_raise_only_topology_error(tmp_path: Path, document: object) -> None:
     path = tmp_path / "fuzz.yaml"
     path.write_text(yaml.safe_dump(document))
-    try:
+    with contextlib.suppress(TopologyError):  # any other exception fails the test
         load_topology(path)
-    except TopologyError:
-        pass
 
 
 @FUZZ
@@ -39,7 +38,5 @@ def test_random_documents_raise_only_topology_error(tmp_path: Path, document: ob
 def test_random_text_raises_only_topology_error(tmp_path: Path, text: str) -> None:
     path = tmp_path / "fuzz.yaml"
     path.write_text(text)
-    try:
+    with contextlib.suppress(TopologyError):
         load_topology(path, [text[:20]] if "=" in text[:20] else [])
-    except TopologyError:
-        pass
