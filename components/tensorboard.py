@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from components.messages import EpisodeFinished, RolloutProgress, TrainingStats
+from components.pbt_messages import HyperparamsChanged
 from sfbus import Actor, slot
 
 # TrainingStats fields written per training step, by tag name.
@@ -97,6 +98,14 @@ class TensorBoardWriter(Actor):
         prefix = f"policy_{msg.policy}"
         for tag, name in _TRAINING_TAGS.items():
             self.writer.add_scalar(f"{prefix}/{tag}", getattr(msg, name), msg.env_frames)
+
+    @slot
+    def on_hyperparams_changed(self, msg: HyperparamsChanged) -> None:
+        """Write a policy's PBT-managed hyperparameters (``policy_<id>/hp/<name>``)."""
+        if self.writer is None:
+            return
+        for name, value in zip(msg.names, msg.values, strict=True):
+            self.writer.add_scalar(f"policy_{msg.policy}/hp/{name}", value, self.frames)
 
     def write(self, final: bool = False) -> None:
         """Write each policy's episode means of the window and the run's frame rate; flush.

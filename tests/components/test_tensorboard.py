@@ -10,6 +10,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from components.messages import EpisodeFinished, RolloutProgress, TrainingStats
+from components.pbt_messages import HyperparamsChanged
 from components.tensorboard import TensorBoardWriter
 from sfbus import Actor, Signal
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
@@ -22,6 +23,7 @@ class Emitter(Actor):
     episode_finished = Signal(EpisodeFinished)
     rollout_progress = Signal(RolloutProgress)
     training_stats = Signal(TrainingStats)
+    hyperparams_changed = Signal(HyperparamsChanged)
 
 
 def topology(folder: str) -> Topology:
@@ -33,7 +35,8 @@ def topology(folder: str) -> Topology:
         ProcessSpec("board", (ActorSpec("tensorboard", "components.tensorboard:TensorBoardWriter",
                                         params),)),
     ), tuple(ConnectionSpec("emitter", signal, "tensorboard", f"on_{signal}")
-             for signal in ("episode_finished", "rollout_progress", "training_stats")))
+             for signal in ("episode_finished", "rollout_progress", "training_stats",
+                            "hyperparams_changed")))
 
 
 def training_stats(policy: int, loss: float, env_frames: int = 256) -> TrainingStats:
@@ -78,6 +81,8 @@ async def test_scalars_per_policy_against_env_frames(tmp_path, transport):
         emitter.rollout_progress.emit(RolloutProgress(worker=0, frames=500))
         await until(lambda: board.frames == 1500)
         board.write()  # a window without episodes: only fps, at 1500
+        emitter.hyperparams_changed.emit(HyperparamsChanged(
+            1, ("appo.lr", "reward_shaping.death"), (2e-4, -0.25)))
         emitter.training_stats.emit(training_stats(1, loss=-0.125, env_frames=512))
         emitter.episode_finished.emit(EpisodeFinished(1, episode_return=-1.0, length=3, frames=12))
         await until(lambda: 1 in board.episodes)
@@ -97,6 +102,9 @@ async def test_scalars_per_policy_against_env_frames(tmp_path, transport):
     assert found["policy_1/reward"] == [(1500, -1.0)]
     assert found["policy_1/episode_length"] == [(1500, 3.0)]
     assert found["policy_1/policy_loss"] == [(512, -0.125)]
+    assert found["policy_1/hp/appo.lr"][0][0] == 1500
+    assert found["policy_1/hp/appo.lr"][0][1] == pytest.approx(2e-4)
+    assert found["policy_1/hp/reward_shaping.death"] == [(1500, -0.25)]
     assert [step for step, _ in found["run/fps"]] == [1000, 1500]
     assert all(fps > 0 for _, fps in found["run/fps"])
 
