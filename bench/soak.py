@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.process import stop_gracefully
 from bench.report import machine, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -218,13 +219,7 @@ def soak(args: argparse.Namespace, tmp: Path) -> tuple[list[Sample], str, bool]:
             time.sleep(0.2)
         code = proc.wait(timeout=MARGIN_S + 120)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # graceful: the supervisor stops every process
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_gracefully(proc)
     time.sleep(1)  # let the last killed groups go
     leftovers = run_processes(-1, groups)  # the supervisor is gone; its pid may be reused
     segments = [n for n in os.listdir("/dev/shm") if n.startswith(f"sfbus-{proc.pid}-")]

@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from bench.process import stop_gracefully
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINING = "topologies/doom_basic.yaml"
@@ -270,10 +271,4 @@ def run_sfbus(args: list[str], warmup: float, seconds: float, tmp: Path,
         window.startup_s = startup
         return window
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # graceful: the supervisor stops every process
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_gracefully(proc)
