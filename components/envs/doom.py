@@ -30,6 +30,7 @@ import numpy as np
 import vizdoom as vzd
 
 from components.envs import doom_spaces as ds
+from components.envs.doom_shm import remove_orphaned_segments
 from components.envs.spec import (
     EnvError,
     EnvSpec,
@@ -53,6 +54,17 @@ _DEATHMATCH_ARGS = ("-host 1 -deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_
 # One engine config file for all our games, outside the working directory (VizDoom otherwise
 # writes _vizdoom.ini into the cwd of every process).
 _INI_PATH = os.path.join(tempfile.gettempdir(), "sfbus_vizdoom.ini")
+
+
+_orphans_removed = False
+
+
+def _remove_orphans_once() -> None:
+    """Clear what killed engines left in /dev/shm, once per process (e.g. a restarted worker)."""
+    global _orphans_removed
+    if not _orphans_removed:
+        _orphans_removed = True
+        remove_orphaned_segments()
 
 
 class DoomEnvError(EnvError):
@@ -133,6 +145,7 @@ class DoomEnv(MultiAgentEnv):
         """Shaping coefficients, read every step: mutate in place (PBT does)."""
         ds.check_shaping_keys(self.reward_shaping)
 
+        _remove_orphans_once()
         self._game = g = vzd.DoomGame()
         g.set_doom_config_path(_INI_PATH)
         g.load_config(os.path.join(vzd.scenarios_path, sc.cfg))
