@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,7 @@ def test_ctrl_c_leaves_no_process_segment_or_socket(tmp_path: Path) -> None:
         manifest = json.loads((run_dir / "run.json").read_text())
         sock_dir = Path(manifest["sock_dir"])
         wait_for(lambda: (sock_dir / "receiver.ipc").exists(), 10, "the receiver's socket")
+        assert stat.S_IMODE(sock_dir.stat().st_mode) == 0o700  # sockets private to the user
         run.send_signal(signal.SIGINT)
         _out, err = run.communicate(timeout=30)
     finally:
