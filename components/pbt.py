@@ -13,6 +13,7 @@ objective and counts of mutations and exchanges are Prometheus metrics.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import time
@@ -60,20 +61,9 @@ class PopulationTrainer(Actor):
     component = "pbt"
 
     @dataclass(frozen=True)
-    class Params(DataPathParams):
-        """The data path's settings plus the PBT schedule."""
+    class Params(DataPathParams, PbtRules):
+        """The data path's settings plus the PBT schedule (``PbtRules``' fields)."""
 
-        interval: int = 5_000_000
-        """Env frames a policy trains between two of its PBT updates."""
-        start_delay: int = 0
-        """Env frames a policy trains before its first update."""
-        mutation_rate: float = 0.15
-        perturb_factor: float = 1.2
-        replace_fraction: float = 0.3
-        """The best this fraction is kept; the worst this fraction copies one of them."""
-        replace_threshold: float = 0.0
-        """No exchange when the source's objective exceeds the target's by no more than this
-        (the paper uses a win-rate gap of 0.35 in duels)."""
         objective: Literal["true_return", "episode_return"] = "true_return"
         """Mean of the recent episodes' unshaped score (``true_return``; the return when the
         env does not shape rewards) or of their (shaped) return."""
@@ -100,8 +90,7 @@ class PopulationTrainer(Actor):
         self.started = time.monotonic()
         learners = population_learners(self.context.table.topology, p.num_policies)
         initial = {policy: self._initial(learners[policy]) for policy in range(p.num_policies)}
-        rules = PbtRules(p.interval, p.start_delay, p.mutation_rate, p.perturb_factor,
-                         p.replace_fraction, p.replace_threshold)
+        rules = PbtRules(**{f.name: getattr(p, f.name) for f in dataclasses.fields(PbtRules)})
         self.population = Population(initial, rules, np.random.default_rng([p.seed, 0x9B7]),
                                      p.objective, p.objective_episodes)
         self.exchanges = 0
