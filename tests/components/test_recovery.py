@@ -118,6 +118,8 @@ async def test_restarted_worker_reclaims_its_slots_and_ignores_stale_releases() 
     async with hosted(HOLDING, "ipc") as actors:
         worker, holder = actors["rollout"], actors["holder"]
         await wait_until(lambda: len(worker.paused) == 2)  # every slot is with the "batcher"
+        # over ipc the last trajectories may still be on their way to the holder
+        await wait_until(lambda: len(holder.held) == worker.pool.size)
         assert worker.stages.reclaimed == 0  # a first start takes nothing back
         held = list(holder.held)
         assert len(held) == worker.pool.size and worker.pool.free == 0
