@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -22,8 +24,7 @@ class Policy(nn.Module):
         self.model = ActorCritic(
             obs_spec,
             action_heads=spec.action_heads or None,
-            action_dim=None if spec.action_box is None else int(
-                torch.tensor(spec.action_box.shape).prod()),
+            action_dim=None if spec.action_box is None else math.prod(spec.action_box.shape),
             cfg=params.model,
         )
 
