@@ -108,5 +108,7 @@ def test_metrics_of_every_process_at_one_endpoint(tmp_path: Path) -> None:
         run.kill()
     assert re.search(r'sfbus_bus_signals_sent_total\{actor="sender"\} [1-9]', text)
     assert 'sfbus_bus_malformed_total{process="receiver"} 0.0' in text
-    assert re.search(r'sfbus_supervisor_heartbeat_age_seconds\{process="receiver"\} 0\.', text)
+    age = re.search(r'sfbus_supervisor_heartbeat_age_seconds\{process="receiver"\} (\S+)', text)
+    # Beats come every second; a busy 2-core machine may delay one, but not by several.
+    assert age is not None and 0.0 <= float(age.group(1)) < 5.0
     assert processes_of(run_dir) == {}
