@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from components.models.precision import Precision
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -43,3 +45,11 @@ class ModelConfig:
     """Recorded here for the caller: the learner updates `ObsNormalizer`'s running statistics
     (vectors; uint8 images per pixel, Sample Factory's `normalize_input`) *outside* the model.
     Raw uint8 images that reach the model are scaled by 1/255 inside it."""
+
+    precision: Precision = "auto"
+    """Arithmetic of the observation encoder (the conv stack is most of the model's compute):
+    `bfloat16` runs it under autocast (parameters and the optimizer stay float32), `float32`
+    does not, `auto` picks bfloat16 for the conv encoder on CPUs with AMX / AVX-512 BF16 and
+    on CUDA devices that support it (float32 for vector observations). The recurrent core and
+    the heads always run in float32, so the RNN state and the log-probabilities in the PPO
+    ratio keep full precision."""

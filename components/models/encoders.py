@@ -6,6 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from components.models.config import ModelConfig
+from components.models.precision import uses_bf16
 
 # (out_channels, kernel, stride) of Sample Factory's `convnet_simple`, the "3-layer convolutional
 # head followed by a fully-connected layer" of supplement A.1.3.
@@ -47,7 +48,9 @@ class ConvSimpleEncoder(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Encode float images `[N, C, H, W]` (already scaled to [0, 1]) into `[N, hidden]`."""
-        # flatten (a reshape, not .view) so a channels_last input works too
+        # oneDNN's convolutions are faster on channels-last input (1.2x in float32, 1.7x in
+        # bfloat16 for the learner's batch on this CPU); flatten is a reshape, so this works
+        x = x.contiguous(memory_format=torch.channels_last)
         return self.fc(torch.flatten(self.conv(x), 1))
 
 
@@ -92,6 +95,9 @@ class ObsEncoder(nn.Module):
                 raise ValueError(f"mlp encoder needs [D] observations, got {obs_shape}")
             self.main = MlpEncoder(obs_shape[0], cfg.mlp_layers, cfg.nonlinearity)
         self.out_size: int = self.main.out_size
+        # `auto` means bfloat16 for the conv stack only: a small MLP gains nothing from it
+        self.precision = "float32" if cfg.precision == "auto" and kind != "conv_simple" \
+            else cfg.precision
         self.measurements: MlpEncoder | None = None
         if cfg.architecture == "full":
             if "measurements" not in obs_spec:
@@ -103,8 +109,11 @@ class ObsEncoder(nn.Module):
             self.out_size += self.measurements.out_size
 
     def forward(self, obs: dict[str, Tensor]) -> Tensor:
-        """Encode a dict of `[N, ...]` tensors into `[N, out_size]`."""
-        x = self.main(to_float(obs["obs"]))
-        if self.measurements is not None:
-            x = torch.cat([x, self.measurements(obs["measurements"].float())], dim=1)
-        return x
+        """Encode a dict of `[N, ...]` tensors into float32 `[N, out_size]`."""
+        image = obs["obs"]
+        with torch.autocast(image.device.type, dtype=torch.bfloat16,
+                            enabled=uses_bf16(self.precision, image.device)):
+            x = self.main(to_float(image))
+            if self.measurements is not None:
+                x = torch.cat([x, self.measurements(obs["measurements"].float())], dim=1)
+        return x.float()

@@ -27,6 +27,7 @@ def make_model(arch: str, core: str, gaussian: bool = False) -> tuple[ActorCriti
         core_size=16,
         measurements_hidden=(8,),
         mlp_layers=(16, 16),
+        precision="float32",  # exact comparisons; bfloat16 has its own test
     )
     heads, dim = (None, 2) if gaussian else (HEADS, None)
     return ActorCritic(spec, heads, dim, cfg), spec
@@ -183,3 +184,39 @@ def test_exactly_one_action_space():
         ActorCritic({"obs": ((4,), "float32")}, (2,), 3, ModelConfig())
     with pytest.raises(ValueError):
         ActorCritic({"obs": ((4,), "float32")}, None, None, ModelConfig())
+
+
+def test_bfloat16_encoder_matches_float32_and_keeps_float32_outputs_and_grads() -> None:
+    torch.manual_seed(0)
+    spec = {"obs": IMAGE}
+    exact = ActorCritic(spec, (3,), None, ModelConfig(hidden=64, core_size=16,
+                                                      precision="float32"))
+    fast = ActorCritic(spec, (3,), None, ModelConfig(hidden=64, core_size=16,
+                                                     precision="bfloat16"))
+    fast.load_state_dict(exact.state_dict())
+    obs, state = random_obs(spec, 8), torch.zeros(8, 16)
+    features = {m: model.encoder(obs) for m, model in (("exact", exact), ("fast", fast))}
+    assert features["fast"].dtype == torch.float32
+    # bfloat16 keeps 8 bits of mantissa: close to float32, but not bit-identical
+    assert not torch.equal(features["fast"], features["exact"])
+    torch.testing.assert_close(features["fast"], features["exact"], atol=0.05, rtol=0.05)
+    out = fast.forward_step(obs, state)
+    assert out.value.dtype == out.rnn_state.dtype == out.action_logits.dtype == torch.float32
+    dist, values = fast.forward_sequence(random_obs(spec, 2, 4), state[:2], torch.zeros(2, 4))
+    (values.sum() + dist.params.sum()).backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 and p.grad.isfinite().all()
+               for p in fast.parameters())
+
+
+def test_auto_precision_uses_bfloat16_only_for_images_on_fast_hardware() -> None:
+    from components.models.precision import cpu_has_fast_bf16
+
+    image = ActorCritic({"obs": IMAGE}, (3,), None, ModelConfig(hidden=8, core_size=4))
+    vector = ActorCritic({"obs": ((6,), "float32")}, (3,), None, ModelConfig(core_size=4))
+    assert image.encoder.precision == "auto"
+    assert vector.encoder.precision == "float32"
+    cpu = torch.device("cpu")
+    from components.models.precision import uses_bf16
+
+    assert uses_bf16("auto", cpu) == cpu_has_fast_bf16()
+    assert uses_bf16("bfloat16", cpu) and not uses_bf16("float32", cpu)
