@@ -12,9 +12,10 @@ File format::
       heartbeat_timeout_s: 20
     processes:
       producer:             # process name
-        replicas: 1         # int >= 1
+        replicas: 1         # int >= 1, or auto: one per CPU core of the machine
         restart: on-failure # always | on-failure | never
-        cpu_affinity: [0, 1] # optional CPU ids; with replicas, replica i gets core ids[i % n]
+        cpu_affinity: [0, 1] # optional CPU ids; with replicas, replica i gets core ids[i % n];
+                             # auto: every core of the machine (so replica i gets core i)
         nice: 0             # -20 .. 19
         actors:
           producer:         # actor name, unique across the whole topology
@@ -215,6 +216,12 @@ class _Builder:
         except ParamError as error:
             raise self.fail(error.path, error.message, at_key=error.at_key) from None
 
+    def typed_or_auto(self, path: KeyPath, tp: Any, default: Any, auto: Any) -> Any:
+        """Like :meth:`typed`, except that the string ``auto`` stands for ``auto``."""
+        if _has(self.doc, path) and self.doc.get(path) == "auto":
+            return auto
+        return self.typed(path, tp, default)
+
     def name(self, path: KeyPath, kind: str) -> None:
         if not _NAME.match(path[-1]):  # type: ignore[arg-type]
             raise self.fail(path, f"invalid {kind} name '{path[-1]}': use letters, digits, '_' "
@@ -269,11 +276,13 @@ class _Builder:
             path: KeyPath = ("processes", pname)
             self.name(path, "process")
             self.mapping(path, PROCESS_KEYS, required=("actors",))
-            replicas = self.typed((*path, "replicas"), int, 1)
+            cores = os.cpu_count() or 1
+            replicas = self.typed_or_auto((*path, "replicas"), int, 1, cores)
             if replicas < 1:
                 raise self.fail((*path, "replicas"), f"expected an int >= 1, got {replicas}")
             restart = self.typed((*path, "restart"), RestartPolicy, "on-failure")
-            affinity = self.typed((*path, "cpu_affinity"), tuple[int, ...] | None)
+            affinity = self.typed_or_auto((*path, "cpu_affinity"), tuple[int, ...] | None, None,
+                                          tuple(range(cores)))
             if affinity and min(affinity) < 0:
                 raise self.fail((*path, "cpu_affinity"), "CPU ids must be >= 0")
             nice = self.typed((*path, "nice"), int, 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -149,6 +150,13 @@ def test_set_full_paths(load) -> None:
     assert topo.processes[0].cpu_affinity == (2, 3)
     assert topo.processes[0].actors[0].params.count == 3
     assert topo.run.max_restarts == 9
+
+
+def test_auto_replicas_and_affinity_follow_the_machines_cores(load) -> None:
+    topo = load(GOOD, ("processes.main.replicas=auto", "processes.main.cpu_affinity=auto"))
+    cores = os.cpu_count()
+    assert topo.processes[0].replicas == cores
+    assert topo.processes[0].cpu_affinity == tuple(range(cores))
 
 
 def test_set_params_win_over_settings(load) -> None:
