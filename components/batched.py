@@ -5,11 +5,13 @@ worker gathers the rows a request names from the request table; that is what let
 with different policies. Batched sampling gives up that freedom (one policy per worker) so that
 no gather is needed: the slot pool is laid out in blocks of ``rows_per_split`` slots
 (:func:`components.buffers.trajectory_layout` rounds it up), a split always takes one whole free
-block, and its rows at step ``t`` are the slice ``[block:block + rows_per_split, t]`` of every
-buffer field. The rollout worker steps its envs writing straight into that slice and reads the
-actions from it; an ``InferenceRequest`` names ``(block, count, t)`` and the inference worker
-runs the model on views of the slice and writes its outputs back by slice assignment (one
-forward pass per request, as Sample Factory's batched mode runs one per worker's batch).
+block, and the buffer fields are laid out ``[block, t, row, ...]``, so the split's rows at step
+``t`` are one contiguous array of every field (``TrajectoryBuffer.at``). The rollout worker steps
+its envs as one vector (:class:`components.envs.vector.VectorEnvs`) writing straight into that
+array and reads the actions from it; an ``InferenceRequest`` names ``(block, count, t)`` (block
+= its first slot) and the inference worker runs the model on views of the array and writes its
+outputs back by slice assignment (one forward pass per request, as Sample Factory's batched mode
+runs one per worker's batch).
 
 The learner and batcher see slots as usual: a block's slots are submitted and released one by
 one, and a block is free again once all of its slots are.
@@ -65,6 +67,7 @@ class BlockServer:
 
     def __init__(self, buffers: list[TrajectoryBuffer], state_size: int,
                  action_shape: tuple[int, ...], rng: np.random.Generator) -> None:
+        self.buffers = buffers
         self.obs = [buffer.obs_torch() for buffer in buffers]
         self.torch = [{name: buffer.torch[name] for name in _FIELDS} for buffer in buffers]
         self.numpy = [{name: buffer.numpy[name] for name in _FIELDS} for buffer in buffers]
@@ -77,28 +80,29 @@ class BlockServer:
     def forward(self, policy: Any, request: InferenceRequest, version: int,
                 deterministic: bool) -> None:
         """Run ``policy`` (a :class:`components.policy.Policy`) on the request's slice."""
-        rows, t = slice(request.block, request.block + request.count), request.t
+        at, at1 = self.at(request)
         fields = self.torch[request.worker]
-        obs = {k: v[rows, t] for k, v in self.obs[request.worker].items()}  # views, no copy
-        rnn: Tensor = fields["rnn"][rows, t]
+        obs = {k: v[at] for k, v in self.obs[request.worker].items()}  # views, no copy
+        rnn: Tensor = fields["rnn"][at]
         if not self.state_size:
             rnn = rnn[:, :0]
         with torch.inference_mode():
             out = policy.model.forward_step(policy.obs_normalizer(obs), rnn,
                                             deterministic=deterministic)
             actions = fields["actions"]
-            actions[rows, t] = out.actions.reshape(request.count, *self.action_shape).to(
+            actions[at] = out.actions.reshape(request.count, *self.action_shape).to(
                 actions.dtype)
-            fields["log_probs"][rows, t] = out.log_prob
-            fields["values"][rows, t] = out.value
-            fields["versions"][rows, t] = version
+            fields["log_probs"][at] = out.log_prob
+            fields["values"][at] = out.value
+            fields["versions"][at] = version
             if self.state_size:
-                fields["rnn"][rows, t + 1] = out.rnn_state  # the state after acting at t
+                fields["rnn"][at1] = out.rnn_state  # the state after acting at t
         self.requests += 1
 
     def random(self, request: InferenceRequest, version: int, spec: Any) -> None:
         """Uniform random actions (Gaussian for a Box) into the request's slice."""
-        rows, t, n = slice(request.block, request.block + request.count), request.t, request.count
+        at, at1 = self.at(request)
+        n = request.count
         fields = self.numpy[request.worker]
         if spec.is_continuous:
             actions = self.rng.standard_normal((n, *spec.action_shape), dtype=np.float32)
@@ -107,10 +111,16 @@ class BlockServer:
             heads = np.asarray(spec.action_heads)
             actions = self.rng.integers(0, heads, size=(n, len(heads)))
             log_probs = np.full(n, -np.log(heads).sum())
-        fields["actions"][rows, t] = actions.reshape(n, *spec.action_shape)
-        fields["log_probs"][rows, t] = log_probs
-        fields["values"][rows, t] = 0.0
-        fields["versions"][rows, t] = version
+        fields["actions"][at] = actions.reshape(n, *spec.action_shape)
+        fields["log_probs"][at] = log_probs
+        fields["values"][at] = 0.0
+        fields["versions"][at] = version
         if self.state_size:
-            fields["rnn"][rows, t + 1] = 0.0  # a random policy has no state
+            fields["rnn"][at1] = 0.0  # a random policy has no state
         self.requests += 1
+
+    def at(self, request: InferenceRequest) -> tuple[tuple, tuple]:
+        """Where the request's rows are at its step and the next (contiguous views)."""
+        buffer = self.buffers[request.worker]
+        rows = slice(request.block, request.block + request.count)
+        return buffer.at(rows, request.t), buffer.at(rows, request.t + 1)

@@ -6,6 +6,12 @@ computed from, that action, its log-probability and value, the reward and done t
 the policy id and version that acted. Step ``T`` holds the observation (and state) after the last
 action, for bootstrapping; it is also copied into step 0 of the worker's next slot.
 
+With ``sampling: batched`` the fields are shaped ``[blocks, T+1, rows, ...]`` instead (a block is
+the ``rows_per_split`` slots one split fills, see :mod:`components.batched`): slot ``s`` is
+``(s // rows, :, s % rows)``, so a split's rows at step ``t`` are one contiguous array. Code that
+reads or writes slots goes through :meth:`TrajectoryBuffer.at` and
+:meth:`TrajectoryBuffer.slot_source`, which know both layouts.
+
 A policy's weights live in ``policy.<id>.weights`` (one flat float32 vector of the model's and the
 observation normalizer's state) behind a seqlock counter ``policy.<id>.version``: the learner
 makes it odd while writing, even when done; a reader retries if it saw an odd value or the value
@@ -29,6 +35,8 @@ from sfbus.context import ActorContext
 from sfbus.routing import instance_name
 from sfbus.topology import Topology
 
+Index = int | slice | np.ndarray
+"""Slots or steps of a trajectory buffer: one, a range, or an integer array."""
 STEP_FIELDS = ("rnn", "actions", "log_probs", "values", "rewards", "dones", "versions",
                "policies")
 
@@ -43,10 +51,17 @@ class TrajectoryLayout:
     slots: int
     splits: int
     rows_per_split: int
+    block_rows: int = 0
+    """Rows per block of the ``[blocks, T+1, rows, ...]`` layout (batched sampling); 0 for the
+    ``[slots, T+1, ...]`` layout."""
 
     def field_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """Field name to (shape, dtype); observation fields are named ``obs.<key>``."""
-        steps = (self.slots, self.rollout + 1)
+        rows = self.block_rows
+        if rows and self.slots % rows:
+            raise ValueError(f"{self.slots} slots are not whole blocks of {rows}")
+        steps = (self.slots // rows, self.rollout + 1, rows) if rows else (self.slots,
+                                                                         self.rollout + 1)
         fields = {f"obs.{k}": ((*steps, *f.shape), f.dtype)
                   for k, f in self.spec.observation_space.items()}
         fields.update({
@@ -109,12 +124,13 @@ def trajectory_layout(params: DataPathParams, topology: Topology) -> TrajectoryL
         slots = agents + math.ceil(
             params.num_policies * params.num_batches_to_accumulate * per_batch / workers)
     rows_per_split = agents // params.num_splits
-    if params.sampling == "batched" and params.mode == "async":
+    batched = params.sampling == "batched"
+    if batched and params.mode == "async":
         # Splits take whole blocks of rows_per_split slots (components.batched): round up to
         # whole blocks, plus one for the block a batch boundary leaves partly released.
         slots = (math.ceil(slots / rows_per_split) + 1) * rows_per_split
     return TrajectoryLayout(spec, params.rollout, params.state_size, slots, params.num_splits,
-                            rows_per_split)
+                            rows_per_split, rows_per_split if batched else 0)
 
 
 class TrajectoryBuffer:
@@ -141,6 +157,71 @@ class TrajectoryBuffer:
     def obs_torch(self) -> dict[str, torch.Tensor]:
         """Observation fields by key, torch views over the same bytes."""
         return {k: self.torch[f"obs.{k}"] for k in self.obs_keys}
+
+    def at(self, slots: Index, t: Index) -> tuple[Index, ...]:
+        """Where rows ``slots`` at step(s) ``t`` lie in any field (numpy or torch, read or write).
+
+        ``slots`` and ``t`` are ints, slices or integer arrays; the result's leading axes are
+        ``[slots, t]`` whatever the layout. In the block layout it indexes a view (one contiguous
+        array) when ``slots`` is an int, or a slice inside one block and ``t`` an int.
+        """
+        rows = self.layout.block_rows
+        if not rows:
+            return slots, t
+        if isinstance(slots, slice):
+            n = slots.stop - slots.start
+            if isinstance(t, (int, np.integer)):
+                block, first = divmod(slots.start, rows)
+                if first + n > rows:
+                    raise ValueError(f"slots {slots.start}..{slots.stop - 1} span two blocks")
+                return block, t, slice(first, first + n)
+            slots = np.arange(slots.start, slots.stop)  # keeps the [slots, t] axis order
+        return slots // rows, t, slots % rows
+
+    def slot_source(self, name: str, steps: int | None, width: int | None = None) -> SlotSource:
+        """What a batch copies of field ``name``: steps ``[0, steps)`` of a slot (``None``: step
+        0 alone, without a step axis), its trailing axis cut to ``width`` if given."""
+        field = self.torch[name]
+        if width is not None:
+            field = field[..., :width]
+        return SlotSource(field, self.layout, steps)
+
+
+class SlotSource:
+    """One field's first steps of any slots, copied out with one gather (the learner's copy).
+
+    ``[slots, T+1]`` layout: an ``index_select`` over slots of the step-sliced view. Block layout:
+    an ``index_select`` over the flat ``(block, t, row)`` rows of every slot's steps.
+    """
+
+    def __init__(self, field: torch.Tensor, layout: TrajectoryLayout, steps: int | None) -> None:
+        self.rows = layout.block_rows
+        self.dtype = field.dtype
+        self.squeeze = steps is None
+        self.steps = 1 if steps is None else steps
+        if self.rows:
+            feature = field.shape[3:]
+            # A view (fails rather than copy); sized explicitly, as a zero-width state has no
+            # elements to infer -1 from.
+            self.flat = field.view(field.shape[:3].numel(), *feature)
+            self.offsets = torch.arange(self.steps) * self.rows
+            self.slot_steps = layout.rollout + 1
+        else:
+            feature = field.shape[2:]
+            self.source = field[:, 0] if steps is None else field[:, :steps]
+        self.shape: tuple[int, ...] = (*(() if self.squeeze else (self.steps,)), *feature)
+        """The shape one slot's copy has."""
+
+    def copy_into(self, slots: torch.Tensor, out: torch.Tensor) -> None:
+        """Copy ``slots``' steps into ``out`` (contiguous, ``[len(slots), *self.shape]``)."""
+        if not self.rows:
+            torch.index_select(self.source, 0, slots, out=out)
+            return
+        block, row = slots.div(self.rows, rounding_mode="floor"), slots.remainder(self.rows)
+        # (block * (T+1) + t) * rows + row, for t in [0, steps)
+        flat = (block * (self.slot_steps * self.rows) + row).unsqueeze(1) + self.offsets
+        torch.index_select(self.flat, 0, flat.view(-1),
+                           out=out.view(len(slots) * self.steps, *self.flat.shape[1:]))
 
 
 def policy_array_specs(policy: int, num_params: int) -> list[ArraySpec]:

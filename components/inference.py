@@ -145,11 +145,12 @@ class InferenceWorker(Actor):
         self.state_size = p.state_size
         buffers = [TrajectoryBuffer(self.context, name, layout)
                    for name in rollout_workers(topology, p.rollout_actor)]
-        self.rows = [_Rows(buffer) for buffer in buffers]
         self.rng = np.random.default_rng([p.seed, p.policy, self.context.replica, 0x1F])
         self.blocks = (BlockServer(buffers, self.state_size, self.spec.action_shape, self.rng)
                        if p.sampling == "batched" else None)
         """Batched sampling: serves requests from slices of the buffers."""
+        # The request-table gather knows only the [slot, t] layout; batched never gathers.
+        self.rows = [_Rows(buffer) for buffer in buffers] if self.blocks is None else []
         ids = [p.policy] if p.num_policies == 1 else range(p.num_policies)
         self.served = {i: self._load(i) for i in ids}
         self.policy = self.served[ids[0]].model

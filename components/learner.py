@@ -29,6 +29,7 @@ from components.algo import AppoConfig, ReturnsNormalizer, appo_loss
 from components.buffers import (
     STEP_FIELDS,
     PolicyWeights,
+    SlotSource,
     TrajectoryBuffer,
     policy_array_specs,
     rollout_workers,
@@ -176,13 +177,13 @@ class Learner(PopulationMember):
         self._publish()
         self.learner_idle.emit(LearnerIdle(p.policy))
 
-    def _source_views(self, buffer: TrajectoryBuffer) -> dict[str, torch.Tensor]:
-        # What a batch copies from a worker, as views: whole observations (step T bootstraps),
-        # the first T steps of per-step fields, and only the state entering step 0.
+    def _source_views(self, buffer: TrajectoryBuffer) -> dict[str, SlotSource]:
+        # What a batch copies from a worker: whole observations (step T bootstraps), the first T
+        # steps of per-step fields, and only the state entering step 0.
         steps = self.params.rollout
-        views = {f"obs.{k}": v for k, v in buffer.obs_torch().items()}
-        views.update({f: buffer.torch[f][:, :steps] for f in STEP_FIELDS if f != "rnn"})
-        views["rnn"] = buffer.torch["rnn"][:, 0, : self.params.state_size]
+        views = {f"obs.{k}": buffer.slot_source(f"obs.{k}", steps + 1) for k in buffer.obs_keys}
+        views.update({f: buffer.slot_source(f, steps) for f in STEP_FIELDS if f != "rnn"})
+        views["rnn"] = buffer.slot_source("rnn", None, self.params.state_size)
         return views
 
     # ----- the batch cycle ------------------------------------------------------------------
@@ -222,14 +223,14 @@ class Learner(PopulationMember):
         if self._batch is None or len(self._batch["rewards"]) != n:
             # Reused across batches: the mailbox runs one batch at a time, and training reads it
             # only until the next copy starts.
-            self._batch = {k: torch.empty((n, *v.shape[1:]), dtype=v.dtype)
+            self._batch = {k: torch.empty((n, *v.shape), dtype=v.dtype)
                            for k, v in self._sources[0].items()}
         offset = 0
         for worker, slots in groups.items():
             index = torch.tensor(slots, dtype=torch.int64)
             end = offset + len(slots)
             for key, source in self._sources[worker].items():
-                torch.index_select(source, 0, index, out=self._batch[key][offset:end])
+                source.copy_into(index, self._batch[key][offset:end])
             offset = end
         return self._batch, groups
 

@@ -19,7 +19,8 @@ of its steps (see :mod:`components.policy_mapping`). PBT's reward-shaping coeffi
 
 What the worker does when it, an inference worker or a batcher restarts, or when an env breaks,
 is in :mod:`components.rollout_faults`. With ``sampling: batched`` every split fills one
-contiguous block of slots and names it in its requests (see :mod:`components.batched`).
+contiguous block of slots, names it in its requests, and steps its envs as one vector straight
+into the block's contiguous rows (see :mod:`components.batched`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from components.batched import BlockSlots
 from components.buffers import TrajectoryBuffer, trajectory_layout
 from components.config import DataPathParams
 from components.envs import EnvError, MultiAgentEnv
+from components.envs.vector import VectorEnvs
 from components.messages import (
     ActionsReady,
     EpisodeFinished,
@@ -146,6 +148,10 @@ class RolloutWorker(WorkerFaults, Actor):
             s, i = divmod(e, self.envs_per_split)
             env.reset_into({k: v[i * na:(i + 1) * na] for k, v in self._carry_obs[s].items()},
                            seed=env_seed(p.seed, self.worker, e, self._incarnations[e]))
+        # Batched: each split's envs step as one vector into the split's contiguous rows.
+        self.vectors = ([VectorEnvs(self.envs, s * self.envs_per_split, self.envs_per_split, na,
+                                    self._recreate) for s in range(p.num_splits)]
+                        if self.blocks is not None else [])
         self.paused.extend(range(p.num_splits))
         self._resume_paused()  # takes each split's slots and requests its actions
         self._m_free.set(self.pool.free)
@@ -225,34 +231,40 @@ class RolloutWorker(WorkerFaults, Actor):
         na, rps = self.num_agents, self.rows_per_split
         lo = s * rps
         slots_view = self.row_slots[lo:lo + rps]
-        slots = slots_view.tolist()
-        # Batched: the split's slots are one block, so every field is a slice (a view).
-        index = slots_view if self.blocks is None else slice(slots[0], slots[0] + rps)
-        actions = self._actions[index, t]  # one gather (or view) for the whole split
+        rows = self._rows(s)
+        # Batched: the split's rows at a step are one contiguous array of every field (a view).
+        at, at1 = self.buffer.at(rows, t), self.buffer.at(rows, t1)
+        actions = self._actions[at]  # one gather (or view) for the whole split
         rewards, dones = self._step_rewards[s], self._step_dones[s]
-        e0 = s * self.envs_per_split
-        for i in range(self.envs_per_split):
-            e = e0 + i
-            a = i * na
-            out = self._obs_out(e, slots, a, t1)
-            try:
-                r, term, trunc, infos = self.envs[e].step_into(actions[a:a + na], out)
-            except EnvError as error:
-                self._recreate(e, out, error)
-                r, term, trunc, infos = self._failed_step
-            self._commit_obs(out, slots, a, t1)
-            if na == 1:  # scalar writes beat slice writes for the common single-agent env
-                rewards[a] = r[0]
-                done = dones[a] = term[0] or trunc[0]
-            else:
-                rewards[a:a + na] = r
-                np.logical_or(term, trunc, out=dones[a:a + na])
-                done = dones[a:a + na].any()
-            if done:
+        if self.vectors:
+            obs = {k: arr[at1] for k, arr in self._obs.items()}
+            for a, infos in self.vectors[s].step_into(actions, obs, rewards, dones):
                 self._episodes_ended(lo + a, infos)
-        self._rewards[index, t] = rewards
-        self._dones[index, t] = dones
-        self._policies[index, t] = self.agent_policy[lo:lo + rps]
+        else:  # env by env: the split's slots may lie anywhere in the [slot, t] layout
+            slots = slots_view.tolist()
+            e0 = s * self.envs_per_split
+            for i in range(self.envs_per_split):
+                e = e0 + i
+                a = i * na
+                out = self._obs_out(e, slots, a, t1)
+                try:
+                    r, term, trunc, infos = self.envs[e].step_into(actions[a:a + na], out)
+                except EnvError as error:
+                    self._recreate(e, out, error)
+                    r, term, trunc, infos = self._failed_step
+                self._commit_obs(out, slots, a, t1)
+                if na == 1:  # scalar writes beat slice writes for the common single-agent env
+                    rewards[a] = r[0]
+                    done = dones[a] = term[0] or trunc[0]
+                else:
+                    rewards[a:a + na] = r
+                    np.logical_or(term, trunc, out=dones[a:a + na])
+                    done = dones[a:a + na].any()
+                if done:
+                    self._episodes_ended(lo + a, infos)
+        self._rewards[at] = rewards
+        self._dones[at] = dones
+        self._policies[at] = self.agent_policy[lo:lo + rps]
         if self.population is not None:
             self.population.count_frames(s, self.spec.frameskip)
             # After recording who acted at t: the next episodes' policies act from t + 1.
@@ -263,7 +275,7 @@ class RolloutWorker(WorkerFaults, Actor):
         if dones.any():
             # forward_step never resets state: a new episode starts from zeros, overwriting the
             # state the inference worker already wrote at t+1.
-            self._rnn[slots_view[dones], t1] = 0.0
+            self._rnn[self.buffer.at(slots_view[dones], t1)] = 0.0
 
         frames = self._frames_per_split_step
         self.report_progress(frames)
@@ -280,14 +292,11 @@ class RolloutWorker(WorkerFaults, Actor):
         if self.num_agents == 1:
             row = slots[a]
             return {k: arr[row:row + 1, t] for k, arr in self._obs.items()}
-        if self.blocks is not None:  # the env's agents are contiguous slots too
-            row = slots[a]
-            return {k: arr[row:row + self.num_agents, t] for k, arr in self._obs.items()}
         return self._scratch[e]
 
     def _commit_obs(self, out: dict[str, np.ndarray], slots: list[int], a: int, t: int) -> None:
         """Scatter a multi-agent env's scratch rows to its agents' slots at step ``t``."""
-        if self.num_agents == 1 or self.blocks is not None:
+        if self.num_agents == 1:
             return  # already written in place
         env_slots = slots[a:a + self.num_agents]
         for k, arr in self._obs.items():
@@ -340,13 +349,15 @@ class RolloutWorker(WorkerFaults, Actor):
         rps, last = self.rows_per_split, self.rollout
         lo = s * rps
         slots_view = self.row_slots[lo:lo + rps]
+        at = self.buffer.at(self._rows(s), last)
         for k, arr in self._obs.items():
-            self._carry_obs[s][k][:] = arr[slots_view, last]
-        self._carry_rnn[s][:] = self._rnn[slots_view, last]
+            self._carry_obs[s][k][:] = arr[at]
+        self._carry_rnn[s][:] = self._rnn[at]
         if self.population is None:
             policies = self.agent_policy[lo:lo + rps].tolist()
         else:  # a slot where an agent switched policy goes to its majority policy
-            policies = self.population.owners(s, self._policies[slots_view, :last])
+            policies = self.population.owners(
+                s, self._policies[self.buffer.at(slots_view, slice(last))])
         epochs = self.stages.submit(slots_view, policies)  # stamped: see components.recovery
         for full, policy, epoch in zip(slots_view.tolist(), policies, epochs, strict=True):
             self.trajectory_ready.emit(TrajectoryReady(self.worker, full, policy, epoch))
@@ -365,14 +376,23 @@ class RolloutWorker(WorkerFaults, Actor):
             self.stages.filling(fresh)
             lo = s * rps
             self.row_slots[lo:lo + rps] = fresh
+            at = self.buffer.at(self._rows(s), 0)
             for k, arr in self._obs.items():
-                arr[fresh, 0] = self._carry_obs[s][k]
-            self._rnn[fresh, 0] = self._carry_rnn[s]
+                arr[at] = self._carry_obs[s][k]
+            self._rnn[at] = self._carry_rnn[s]
             self.t[s] = 0
             self._request(s)
         if self.paused:
             self.log.debug("%s: splits %s wait for slots (%d free)", self.name,
                            list(self.paused), self.pool.free)
+
+    def _rows(self, s: int) -> np.ndarray | slice:
+        """Split ``s``'s slots: its block as a slice when batched (so fields give views)."""
+        lo = s * self.rows_per_split
+        if self.blocks is None:
+            return self.row_slots[lo:lo + self.rows_per_split]
+        first = int(self.row_slots[lo])
+        return slice(first, first + self.rows_per_split)
 
     def _take_slots(self) -> np.ndarray | None:
         """A split's fresh slots (batched: one free block), or None while too few are free."""

@@ -1,4 +1,5 @@
-"""Batched sampling: contiguous slot blocks, slice-served inference, and a short real run."""
+"""Batched sampling: contiguous slot blocks, the block layout, slice-served inference, the vector
+env step, the learner's copy, and short real runs."""
 
 from __future__ import annotations
 
@@ -6,22 +7,28 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from components.batched import BlockSlots
-from components.buffers import trajectory_layout
+from components.buffers import TrajectoryBuffer, trajectory_layout
 from components.config import DataPathParams
+from components.envs import EnvError
+from components.envs.multi_agent import ToyMultiAgentEnv
+from components.envs.vector import VectorEnvs
 from components.inference import _Rows
-from components.messages import ActionsReady, InferenceRequest
+from components.messages import ActionsReady, BatchReady, InferenceRequest
 from components.policy import Policy
 from sfbus import slot
 from sfbus.errors import TopologyError
 from sfbus.topology import load_topology
 from sfbus.topology.model import ProcessSpec
 from tests.components import test_inference as ti
+from tests.components import test_learner as tl
 from tests.components import test_rollout as tr
 from tests.kernel.conftest import hosted
 
@@ -36,6 +43,12 @@ def test_batched_refuses_a_population() -> None:
         load_topology(TOPOLOGIES / "cartpole_pbt4.yaml", ["settings.sampling=batched"])
     topology = load_topology(TOPOLOGIES / "doom_basic_batched.yaml")
     assert topology.settings["sampling"] == "batched"
+
+
+def slot_major(buffer: TrajectoryBuffer) -> dict[str, np.ndarray]:
+    """Copies of every field laid out ``[slot, t, ...]``, whatever the buffer's layout."""
+    every = np.arange(buffer.layout.slots)
+    return {k: v[buffer.at(every, slice(None))] for k, v in buffer.numpy.items()}
 
 
 async def test_inference_serves_a_block_from_a_slice(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,15 +66,52 @@ async def test_inference_serves_a_block_from_a_slice(monkeypatch: pytest.MonkeyP
         block, t = 2 * rps, 1  # the third block, at step 1
         rng = np.random.default_rng(0)
         obs, rnn = rollout.buffer.numpy["obs.obs"], rollout.buffer.numpy["rnn"]
-        obs[block:block + rps, t] = rng.normal(size=obs.shape[2:]) * 3
-        rnn[block:block + rps, t] = rng.normal(size=(rps, rnn.shape[2]))
-        rollout.inference_requested.emit(InferenceRequest(1, 0, rps, 0, seq=5, block=block, t=t))
+        assert obs.shape[:3] == (layout.slots // rps, BATCHED.rollout + 1, rps)
+        at = rollout.buffer.at(slice(block, block + rps), t)
+        written = obs[at]
+        assert written.flags.c_contiguous and np.shares_memory(written, obs)
+        written[:] = rng.normal(size=obs.shape[3:]) * 3
+        rnn[at] = rng.normal(size=(rps, rnn.shape[-1]))
+        request = InferenceRequest(1, 0, rps, 0, seq=5, block=block, t=t)
+        rollout.inference_requested.emit(request)
         await rollout.wait(1)
         assert rollout.answers == [ActionsReady(1, 0, seq=5)]
-        assert inference.blocks is not None and inference.blocks.requests == 1
+        served = inference.blocks
+        assert served is not None and served.requests == 1
+        # What the inference worker runs on: one contiguous view of its own mapping of the
+        # shared array, holding what the rollout worker wrote.
+        field = served.obs[1]["obs"]
+        read = field[served.at(request)[0]]
+        assert read.shape == (rps, *obs.shape[3:]) and read.is_contiguous()
+        assert read.untyped_storage().data_ptr() == field.untyped_storage().data_ptr()
+        assert torch.equal(read, torch.from_numpy(written))
         # Outputs sit in exactly the block's rows and match the policy on the same inputs.
-        ti.check_rows(rollout, [(block + i, t) for i in range(rps)], ti.as_served(actors, BATCHED),
+        ti.check_rows(SimpleNamespace(buffer=SimpleNamespace(numpy=slot_major(rollout.buffer))),
+                      [(block + i, t) for i in range(rps)], ti.as_served(actors, BATCHED),
                       version=3)
+
+
+async def test_learner_copies_a_batch_out_of_the_block_layout() -> None:
+    async with hosted(tl.learner_topology(sampling="batched")) as actors:
+        learner, driver = actors["learner"], actors["driver"]
+        workers = [actors["rollout.0"], actors["rollout.1"]]
+        await tl.until(lambda: driver.idle == 1)
+        buffer = workers[0].buffer
+        assert buffer.layout.block_rows == 2 and buffer.numpy["rewards"].ndim == 3
+        # Slots across blocks and rows, out of order, as a batcher assembles them.
+        msg = BatchReady(0, (0, 1, 0, 1, 1, 0, 0, 1), (13, 0, 3, 2, 5, 4, 0, 11))
+        batch, groups = learner.copy_batch(msg)
+        order = [(w, s) for w, slots in groups.items() for s in slots]
+        steps, state = tl.T, learner.params.state_size
+        assert batch["obs.obs"].shape == (8, steps + 1, 4) and batch["rnn"].shape == (8, state)
+        for i, (w, s) in enumerate(order):
+            b = workers[w].buffer
+            fields = b.torch
+            for key, value in batch.items():
+                t = slice(None) if key.startswith("obs.") else slice(steps)
+                expected = (fields["rnn"][b.at(s, 0)][:state] if key == "rnn"
+                            else fields[key][b.at(s, t)])
+                assert torch.equal(value[i], expected), (key, w, s)
 
 
 def test_block_slots_take_whole_free_blocks() -> None:
@@ -98,12 +148,12 @@ class BlockStandIn(tr.StandInInference):
         rows = np.stack([np.arange(msg.block, msg.block + msg.count),
                          np.full(msg.count, msg.t)], axis=1)
         self.log.append((msg.split, rows))
-        buf = self.buffers[msg.worker].numpy
-        slots, ts = rows.T
-        buf["actions"][slots, ts] = np.stack(
+        buffer = self.buffers[msg.worker]
+        buf, (slots, ts) = buffer.numpy, rows.T
+        buf["actions"][buffer.at(slots, ts)] = np.stack(
             [self.rng.integers(0, n, msg.count) for n in self.heads], axis=1)
-        buf["versions"][slots, ts] = 7
-        buf["rnn"][slots, ts + 1] = tr.rnn_marker(ts + 1)[:, None]
+        buf["versions"][buffer.at(slots, ts)] = 7
+        buf["rnn"][buffer.at(slots, ts + 1)] = tr.rnn_marker(ts + 1)[:, None]
         self.actions_ready.emit(ActionsReady(msg.worker, msg.split, msg.seq), key=msg.worker)
 
 
@@ -125,6 +175,51 @@ async def test_batched_rollout_matches_a_replayed_env(env: str, env_kwargs: dict
     tr.check_replay(env, env_kwargs, per_row, na, trajectories)
 
 
+class BrokenEnv(ToyMultiAgentEnv):
+    """A toy env whose engine dies at its first step."""
+
+    def step_into(self, actions: np.ndarray, obs_out: dict) -> Any:
+        """Fail like a dead engine."""
+        raise EnvError("engine died")
+
+
+def test_vector_step_writes_every_env_into_its_rows() -> None:
+    na, steps = 2, 3
+    envs = [ToyMultiAgentEnv(na, episode_length=2, seed=e) for e in range(3)]
+    replays = [ToyMultiAgentEnv(na, episode_length=2, seed=e) for e in range(1, 3)]
+    recreated: list[tuple[int, int]] = []
+
+    def recreate(e: int, out: dict, error: EnvError) -> None:
+        recreated.append((e, len(out["obs"])))
+        envs[e] = ToyMultiAgentEnv(na, episode_length=2, seed=e)
+        envs[e].reset_into(out, seed=e)
+
+    vector = VectorEnvs(envs, 1, 2, na, recreate)  # envs 1 and 2: rows 0..3
+    rows = 2 * na
+    obs = np.zeros((rows, 4), np.float32)
+    expected = np.zeros_like(obs)
+    for i, env in enumerate(replays):
+        envs[i + 1].reset_into({"obs": obs[i * na:(i + 1) * na]})
+        env.reset_into({"obs": expected[i * na:(i + 1) * na]})
+    rewards, dones = np.full(rows, np.nan, np.float32), np.zeros(rows, bool)
+    for t in range(steps):
+        actions = np.arange(rows).reshape(rows, 1) % 4
+        ended = vector.step_into(actions, {"obs": obs}, rewards, dones)
+        for i, env in enumerate(replays):
+            r, _, trunc, _ = env.step_into(actions[i * na:(i + 1) * na],
+                                           {"obs": expected[i * na:(i + 1) * na]})
+            assert np.array_equal(rewards[i * na:(i + 1) * na], r)
+            assert np.array_equal(dones[i * na:(i + 1) * na], trunc)
+        assert np.array_equal(obs, expected)
+        assert [a for a, _ in ended] == ([0, na] if t == 1 else [])
+        assert all("episode_return" in info for _, infos in ended for info in infos)
+
+    envs[2] = BrokenEnv(na, seed=9)
+    vector.step_into(np.zeros((rows, 1), np.int64), {"obs": obs}, rewards, dones)
+    assert recreated == [(2, na)] and isinstance(envs[2], ToyMultiAgentEnv)
+    assert dones[na:].all() and (rewards[na:] == 0).all()
+
+
 @pytest.mark.multiprocess
 def test_short_batched_cartpole_run_trains(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
@@ -137,3 +232,19 @@ def test_short_batched_cartpole_run_trains(tmp_path: Path) -> None:
     versions = [int(p.stem.split("_")[1])
                 for p in (run_dir / "checkpoints" / "policy_0").glob("checkpoint_*.pt")]
     assert versions and max(versions) >= 3
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow  # VizDoom engines and four processes' torch imports: ~25-40 s on 2 cores
+def test_short_doom_basic_batched_run_trains(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "sfbus", "run", str(TOPOLOGIES / "doom_basic_batched.yaml"),
+         "--run-dir", str(run_dir), "--max-seconds", "8", "--set",
+         "processes.rollout.replicas=1", "--set", "num_envs=4", "--set", "batch_size=128"],
+        capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert " raised " not in done.stderr, done.stderr[-3000:]
+    versions = [int(p.stem.split("_")[1])
+                for p in (run_dir / "checkpoints" / "policy_0").glob("checkpoint_*.pt")]
+    assert versions and max(versions) >= 2, done.stderr[-3000:]

@@ -110,7 +110,8 @@ class StandInCollector(Actor):
     def on_trajectory_ready(self, msg: TrajectoryReady) -> None:
         """Snapshot the slot; release it unless told to hold."""
         self.received.append(msg)
-        self.trajectories.append({k: v[msg.slot].copy() for k, v in self.buffer.numpy.items()})
+        at = self.buffer.at(msg.slot, slice(None))
+        self.trajectories.append({k: v[at].copy() for k, v in self.buffer.numpy.items()})
         if self.release:
             self.slots_released.emit(SlotsReleased(msg.worker, (msg.slot,)), key=msg.worker)
         else:
