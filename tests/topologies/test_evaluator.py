@@ -1,0 +1,283 @@
+"""The evaluator: in-process against stand-in learners, and through real CartPole runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import signal
+import socket
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from prometheus_client import REGISTRY
+
+from components.buffers import PolicyWeights, policy_array_specs
+from components.config import DataPathParams
+from components.envs import EnvSpec, MultiAgentEnv, ObsField, register_env
+from components.envs.spec import EpisodeStats, ObsDict, StepOutput
+from components.evaluator import Evaluator
+from components.models import ModelConfig
+from components.policy import build_policy, published_size
+from sfbus import Actor, ArraySpec
+from sfbus.topology import Topology, load_topology
+from sfbus.topology.model import ActorSpec, ProcessSpec
+from tests.components.test_tensorboard import scalars
+from tests.kernel.conftest import hosted
+from tests.kernel.runs import processes_of, start_run, wait_for
+
+TOPOLOGIES = Path(__file__).parents[2] / "topologies"
+EPISODE = 5  # steps of an EchoEnv episode
+INTERVAL = 2.0
+EVALUATOR = "processes.evaluator.actors.evaluator.params"
+
+
+class EchoEnv(MultiAgentEnv):
+    """Two agents; each step pays every agent its own action's id, so a return names its policy."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._spec = EnvSpec({"obs": ObsField((1,), "float32")}, action_heads=(4,), num_agents=2)
+        self._stats = EpisodeStats(2, 1)
+        self._t = 0
+
+    @property
+    def spec(self) -> EnvSpec:
+        """Two agents, one 4-way head."""
+        return self._spec
+
+    def reset_into(self, obs_out: ObsDict, seed: int | None = None) -> None:
+        """Start an episode; the observation is always zero."""
+        self._t = 0
+        self._stats.clear()
+        obs_out["obs"][:] = 0.0
+
+    def step_into(self, actions: np.ndarray, obs_out: ObsDict) -> StepOutput:
+        """Pay each agent its action; end every agent's episode after EPISODE steps."""
+        rewards = actions[:, 0].astype(np.float32)
+        self._stats.add(rewards)
+        self._t += 1
+        done = np.full(2, self._t >= EPISODE)
+        infos: list[dict[str, Any]] = [{}, {}]
+        if done[0]:
+            for agent in range(2):
+                self._stats.finish(agent, infos[agent])
+            self._t = 0
+        return rewards, np.zeros(2, bool), done, infos
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+register_env("test_echo", EchoEnv)
+DATA = DataPathParams(env="test_echo", model=ModelConfig(core="none", mlp_layers=(8,)),
+                      num_envs=2, num_policies=2, rollout=4, batch_size=8)
+
+
+class StandInLearner(Actor):
+    """Publishes weights of a policy that always picks one action, as the test says."""
+
+    @classmethod
+    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+        """The published weights of the policy in the actor's name (``learner_<id>``)."""
+        return policy_array_specs(int(name[-1]), published_size(DATA))
+
+    def publish(self, action: int, version: int) -> None:
+        """Publish ``version``: weights whose argmax is always ``action``."""
+        policy = build_policy(DATA)
+        with torch.no_grad():
+            policy.model.actor.weight.zero_()
+            policy.model.actor.bias.copy_(torch.eye(4)[action] * 10)
+        PolicyWeights(self.context, int(self.name[-1])).publish(policy.published_tensors(),
+                                                                version)
+
+
+def _sample(name: str, actor: str, policy: int) -> float | None:
+    return REGISTRY.get_sample_value(name, {"actor": actor, "policy": str(policy)})
+
+
+async def test_evaluator_scores_published_weights_against_an_opponent(tmp_path: Path) -> None:
+    data = {k: getattr(DATA, k) for k in DataPathParams.__dataclass_fields__}
+    # After the round at start, rounds only by hand.
+    common = dict(data, interval_s=3600.0, episodes=3, deterministic=True)
+    topology = Topology("test", "<test>", (
+        ProcessSpec("learners", (ActorSpec("learner_0", f"{__name__}:StandInLearner", None),
+                                 ActorSpec("learner_1", f"{__name__}:StandInLearner", None))),
+        ProcessSpec("evaluators", (
+            ActorSpec("vs_one", "components.evaluator:Evaluator",
+                      Evaluator.Params(**common, policies=(0,), opponent=1)),
+            ActorSpec("mirror", "components.evaluator:Evaluator", Evaluator.Params(**common)))),
+    ), ())
+    async with hosted(topology, run_dir=str(tmp_path)) as actors:
+        learners, vs_one, mirror = (actors["learner_0"], actors["learner_1"]), \
+            actors["vs_one"], actors["mirror"]
+        async with asyncio.timeout(10):
+            while vs_one.rounds < 1 or mirror.rounds < 1:  # the rounds at start: nothing yet
+                await asyncio.sleep(0.01)
+        assert not (tmp_path / "evaluation.jsonl").exists()
+        assert await vs_one.evaluate_round() == []  # still nothing published
+        learners[0].publish(action=3, version=1)
+        learners[1].publish(action=1, version=1)
+        # Agent 0 plays policy 0 and only its episodes count: every return is 5 x 3.
+        [score] = await vs_one.evaluate_round()
+        assert (score.policy, score.version, score.returns, score.lengths) == \
+            (0, 1, [15.0] * 3, [EPISODE] * 3)
+        assert await vs_one.evaluate_round() == []  # no new weights: nothing to score
+        learners[0].publish(action=2, version=2)
+        [score] = await vs_one.evaluate_round()
+        assert (score.version, score.returns, score.round) == (2, [10.0] * 3, 4)
+        # Every policy plays both agents, and both agents' episodes count.
+        scores = await mirror.evaluate_round()
+        assert [(s.policy, s.version, s.returns) for s in scores] == \
+            [(0, 2, [10.0] * 3), (1, 1, [5.0] * 3)]
+        assert all(torch.equal(a, b) for a, b in zip(
+            mirror.models[1].published_tensors(), vs_one.models[1].published_tensors(),
+            strict=True))
+    assert _sample("sfbus_evaluator_episode_reward", "vs_one", 0) == 10.0
+    assert _sample("sfbus_evaluator_evaluations_total", "vs_one", 0) == 2.0
+    assert _sample("sfbus_evaluator_policy_version", "mirror", 1) == 1.0
+    records = [json.loads(line) for line in (tmp_path / "evaluation.jsonl").read_text()
+               .splitlines()]
+    assert [(r["evaluator"], r["policy"], r["version"], r["mean_return"], r["opponent"])
+            for r in records] == [("vs_one", 0, 1, 15.0, 1), ("vs_one", 0, 2, 10.0, 1),
+                                  ("mirror", 0, 2, 10.0, -1), ("mirror", 1, 1, 5.0, -1)]
+    assert scalars(str(tmp_path / "tensorboard" / "vs_one"))["policy_0/reward"] == \
+        [(0, 15.0), (0, 10.0)]  # no statistics actor in this topology: no env frames
+
+
+def test_evaluator_params_refuse_unknown_policies() -> None:
+    with pytest.raises(ValueError, match=r"policy 2 is not one of the run's policies 0\.\.1"):
+        Evaluator.Params(**{k: getattr(DATA, k) for k in DataPathParams.__dataclass_fields__},
+                         opponent=2)
+
+
+# ----- through real runs ------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "evaluation.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _rounds(run_dir: Path) -> dict[int, list[dict[str, Any]]]:
+    rounds: dict[int, list[dict[str, Any]]] = {}
+    for record in _records(run_dir):
+        rounds.setdefault(record["round"], []).append(record)
+    return rounds
+
+
+def _complete(rounds: dict[int, list[dict[str, Any]]], policies: list[int]) -> list[int]:
+    return [k for k, records in rounds.items()
+            if sorted(r["policy"] for r in records) == policies]
+
+
+def _evaluate_run(topology: Path, run_dir: Path, policies: list[int],
+                  *overrides: str) -> tuple[dict[int, list[dict[str, Any]]], str]:
+    """Run until 3 evaluation rounds scored ``policies``; their records and the metrics page."""
+    port = _free_port()
+    run = start_run(topology, run_dir, "--metrics-port", str(port),
+                    "--set", f"{EVALUATOR}.interval_s={INTERVAL}",
+                    "--set", f"{EVALUATOR}.episodes=2",
+                    # every round scores every policy, new weights or not: a strict cadence
+                    "--set", f"{EVALUATOR}.min_new_versions=0", *overrides)
+    try:
+        wait_for(lambda: len(_complete(_rounds(run_dir), policies)) >= 3
+                 or run.poll() is not None, 90, "3 evaluation rounds")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            metrics = response.read().decode()
+        run.send_signal(signal.SIGINT)
+        _out, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == 130, err[-3000:]  # stopped by us, not by a failure
+    assert " raised " not in err, err[-3000:]
+    assert processes_of(run_dir) == {}
+    rounds = _rounds(run_dir)
+    if rounds and max(rounds) not in _complete(rounds, policies):
+        del rounds[max(rounds)]  # the stop cut the last round short
+    first = min(rounds)  # rounds before the first publish score nothing and write nothing
+    assert sorted(_complete(rounds, policies)) == sorted(rounds) == \
+        list(range(first, first + len(rounds)))
+    return rounds, metrics
+
+
+def _check_scores(rounds: dict[int, list[dict[str, Any]]], policies: list[int]) -> None:
+    """Cadence, versions and CartPole-plausible returns of every policy's evaluations."""
+    starts = [min(r["time"] for r in rounds[k]) for k in sorted(rounds)]
+    ends = [max(r["time"] + r["seconds"] for r in rounds[k]) for k in sorted(rounds)]
+    for k in range(1, len(starts)):
+        # A round starts an interval after the previous one, or at once if that one ran longer;
+        # the slack is for a busy 2-core machine waking a low-priority process late.
+        due = max(starts[k - 1] + INTERVAL, ends[k - 1])
+        assert due - 0.1 <= starts[k] <= due + 1.5, (starts, ends)
+    for policy in policies:
+        records = [r for k in sorted(rounds) for r in rounds[k] if r["policy"] == policy]
+        assert len(records) >= 2
+        versions = [r["version"] for r in records]
+        assert versions == sorted(versions) and versions[0] >= 1, versions
+        frames = [r["env_frames"] for r in records]
+        assert frames == sorted(frames) and frames[-1] > 0, frames
+        for r in records:
+            # CartPole pays 1 per step, for a few (the pole falls at once) to 500 (truncated).
+            assert r["episodes"] == 2 and math.isfinite(r["mean_return"])
+            assert 5 <= r["min_return"] <= r["mean_return"] <= r["max_return"] <= 500
+            assert r["mean_length"] == r["mean_return"]
+
+
+@pytest.mark.multiprocess
+def test_cartpole_evaluator_reports_at_its_cadence(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    rounds, metrics = _evaluate_run(TOPOLOGIES / "cartpole_eval.yaml", run_dir, [0],
+                                    "--set", "num_envs=4", "--set", "batch_size=256")
+    _check_scores(rounds, [0])
+    reward = re.search(r'sfbus_evaluator_episode_reward\{actor="evaluator",policy="0"\} (\S+)',
+                       metrics)
+    assert reward is not None and 5 <= float(reward.group(1)) <= 500, metrics[-3000:]
+    count = re.search(r'sfbus_evaluator_evaluations_total\{actor="evaluator",policy="0"\} (\S+)',
+                      metrics)
+    assert count is not None and float(count.group(1)) >= 1
+    # TensorBoard got the same figures, against the same env frames, under training's tag.
+    records = [r for k in sorted(rounds) for r in rounds[k]]
+    logged = scalars(str(run_dir / "tensorboard" / "evaluator"))["policy_0/reward"]
+    assert logged == [(r["env_frames"], pytest.approx(r["mean_return"]))
+                      for r in records]
+
+
+def two_policy_topology(folder: Path) -> Path:
+    """cartpole_pbt4.yaml cut to policies 0 and 1 without PBT, plus cartpole_eval's evaluator."""
+    doc = yaml.safe_load((TOPOLOGIES / "cartpole_pbt4.yaml").read_text())
+
+    def kept(actor: str) -> bool:
+        return actor != "pbt" and not re.search(r"_[23]\Z", actor)
+
+    doc["name"] = "cartpole_eval2"
+    doc["settings"]["num_policies"] = 2
+    learner = doc["processes"]["learner"]["actors"]
+    doc["processes"]["learner"]["actors"] = {k: v for k, v in learner.items() if kept(k)}
+    doc["processes"]["evaluator"] = yaml.safe_load(
+        (TOPOLOGIES / "cartpole_eval.yaml").read_text())["processes"]["evaluator"]
+    doc["connections"] = [c for c in doc["connections"]
+                          if kept(c["from"].split(".")[0]) and kept(c["to"].split(".")[0])]
+    path = folder / "cartpole_eval2.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.multiprocess
+def test_evaluator_scores_every_policy_of_a_population(tmp_path: Path) -> None:
+    topology = two_policy_topology(tmp_path)
+    assert load_topology(topology).settings["num_policies"] == 2
+    rounds, _metrics = _evaluate_run(topology, tmp_path / "run", [0, 1],
+                                     "--set", "num_envs=4")
+    _check_scores(rounds, [0, 1])
