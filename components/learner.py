@@ -42,6 +42,7 @@ from components.checkpoint import (
     save_checkpoint,
 )
 from components.config import DataPathParams
+from components.distributed import Peers, check_supported, join_peers, record_batch
 from components.envs import env_spec
 from components.learner_faults import NumericsGuard, restore_published
 from components.messages import (
@@ -96,6 +97,8 @@ class Learner(PopulationMember):
         """Non-finite updates in a row after which the last good state is put back."""
         good_state_every: int = 20
         """Batches between the in-memory copies of the last good state."""
+        peer_timeout_s: float = 300.0
+        """Distributed runs: seconds to wait for the other nodes' learners (joining, each step)."""
 
     learner_idle = Signal(LearnerIdle, "ready for the next batch")
     slots_released = Signal(SlotsReleased, "a worker's slots were copied (one per worker)")
@@ -113,6 +116,7 @@ class Learner(PopulationMember):
         self._background: asyncio.Future[Any] | None = None
         self._stopping = False
         self._batch: Batch | None = None
+        self.peers: Peers | None = None
         self._warn = RateLimitedLog(self.log, 60.0)
         m = self.metrics
         self._numerics = NumericsGuard(
@@ -136,6 +140,7 @@ class Learner(PopulationMember):
     @classmethod
     def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
         """The policy's published weights and their version counter."""
+        check_supported(params.num_policies)
         return policy_array_specs(params.policy, published_size(params))
 
     # ----- setup ---------------------------------------------------------------------------
@@ -170,9 +175,12 @@ class Learner(PopulationMember):
             if latest is not None:
                 self.restore(load_checkpoint(latest, self.config_fingerprint()))
                 self.log.info("%s: resumed from %s (version %d)", self.name, latest, self.version)
-        if restore_published(self):  # we restarted: what we published is newer than a checkpoint
+        restarted = restore_published(self)  # what we published is newer than a checkpoint
+        if restarted:
             self.log.warning("%s: restarted; continues from the weights it published last "
                              "(version %d)", self.name, self.version)
+        else:  # a restarted learner cannot rejoin: its peers ended the group when it died
+            self.peers = await self._in_thread(join_peers, self)
         self._last_checkpoint = time.monotonic()
         self._publish()
         self.learner_idle.emit(LearnerIdle(p.policy))
@@ -274,6 +282,8 @@ class Learner(PopulationMember):
         self.train_steps += 1
         self.samples += samples
         self.env_frames += samples * self.spec.frameskip
+        if self.peers is not None:
+            record_batch(self, self.peers, samples)
         result: dict[str, Any] = {k: _mean([f[k] for f in figures]) for k in _MEAN_STATS}
         result.update(
             grad_norm=_mean(norms), skipped=skipped, samples=samples,
@@ -295,13 +305,17 @@ class Learner(PopulationMember):
         # appo_loss updates the returns statistics; a skipped step must not poison them.
         saved = None if rn is None else {k: v.clone() for k, v in rn.state_dict().items()}
         loss, stats = appo_loss(self.policy.model, minibatch, cfg, rn)
-        if not torch.isfinite(loss):
+        finite = bool(torch.isfinite(loss))
+        self.optimizer.zero_grad(set_to_none=True)
+        if finite:
+            loss.backward()
+        if self.peers is not None:  # every rank takes every step, so the skip is decided together
+            finite = self.peers.average(finite, int(minibatch["valids"].sum()))
+        if not finite:
             if rn is not None:
                 rn.load_state_dict(saved)
             return None, None
         figures = {name: float(stats[key]) for name, key in _MEAN_STATS.items()}
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.policy.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)
         if not torch.isfinite(grad_norm):
@@ -397,6 +411,8 @@ class Learner(PopulationMember):
         # A finished step's continuation may start a periodic save: wait until nothing runs.
         while self._background is not None and not self._background.done():
             await asyncio.wait({self._background})
+        if self.peers is not None:  # before saving: the others may be waiting in a step for us
+            await self._in_thread(self.peers.close)
         path = self.save()  # on the loop: nothing else may touch the model now
         if path is not None:
             self.log.info("%s: final checkpoint %s (version %d)", self.name, path, self.version)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -36,6 +37,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sfbus.supervisor import RunOptions, Supervisor
 
     topology = _load(args)
+    try:
+        rank = _join_nodes(args)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return BAD_INPUT
     RoutingTable(topology).array_specs()  # impossible sizes are bad input: check before starting
     if args.resume:
         run_dir = Path(args.resume)
@@ -43,7 +49,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise TopologyError(f"--resume {run_dir}: not a run directory (no run.json)",
                                 file=args.topology)
     else:
-        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(topology.name)
+        name = topology.name if rank is None else f"{topology.name}-rank{rank}"
+        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(name)
     options = RunOptions(run_dir=run_dir, max_seconds=args.max_seconds,
                          max_frames=args.max_frames, metrics_port=args.metrics_port)
     if args.serial:
@@ -51,6 +58,33 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         return int(run(run_serial(topology, options)))
     return int(run(Supervisor(topology, topology.document, options).run()))
+
+
+def _join_nodes(args: argparse.Namespace) -> int | None:
+    """Check ``--nodes/--node-rank/--master`` and put them in the environment of every process
+    under torchrun's names (a run started by torchrun has them already); returns the rank."""
+    if args.nodes is None:
+        if args.node_rank is not None or args.master is not None:
+            raise ValueError("--node-rank and --master need --nodes")
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        return int(os.environ.get("RANK", "0")) if world_size > 1 else None
+    if args.nodes < 1:
+        raise ValueError(f"--nodes {args.nodes}: must be at least 1")
+    if args.nodes == 1:
+        return None
+    if args.node_rank is None or args.master is None:
+        raise ValueError(f"--nodes {args.nodes} needs --node-rank and --master")
+    rank = args.node_rank
+    if not 0 <= rank < args.nodes:
+        raise ValueError(f"--node-rank {rank}: must be one of 0..{args.nodes - 1}")
+    host, _, port = args.master.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")  # [::1]:29500
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--master {args.master!r}: expected HOST:PORT, e.g. 10.0.0.1:29500")
+    # Only the learners read these (components.distributed); the kernel just hands them down.
+    os.environ.update(WORLD_SIZE=str(args.nodes), RANK=str(rank), LOCAL_RANK="0",
+                      MASTER_ADDR=host, MASTER_PORT=port)
+    return rank
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -101,6 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-seconds", type=float, default=None, help="stop after S seconds")
     run.add_argument("--max-frames", type=int, default=None,
                      help="stop once the actors reported N frames of progress")
+    run.add_argument("--nodes", type=int, default=None,
+                     help="nodes that train the same policy together (torchrun: WORLD_SIZE)")
+    run.add_argument("--node-rank", type=int, default=None,
+                     help="this node's rank, 0..NODES-1 (rank 0 starts the others' weights)")
+    run.add_argument("--master", metavar="HOST:PORT", default=None,
+                     help="address where rank 0 gathers the nodes (a free TCP port)")
     run.add_argument("--serial", action="store_true",
                      help="run every actor on one event loop in this process (debugging)")
     run.set_defaults(func=cmd_run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -46,3 +47,10 @@ def wait_for(condition, timeout: float, what: str) -> None:
 def segments_of(launcher_pid: int) -> list[str]:
     """Shared-memory segments created by the launcher with this pid."""
     return [n for n in os.listdir("/dev/shm") if n.startswith(f"sfbus-{launcher_pid}-")]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
