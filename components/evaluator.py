@@ -27,22 +27,22 @@ idle CPU from the samplers and learners::
     sfbus run topologies/doom_basic.yaml --set processes.evaluator.nice=10 \\
         --set processes.evaluator.actors.evaluator.class=components.evaluator:Evaluator
 
-Episodes are stepped in a worker thread, ``_CHUNK_STEPS`` steps at a time, so the event loop keeps
-heart-beating and a stop waits for one chunk at most. Multi-agent envs: with ``opponent`` -1 every
-agent plays the evaluated policy and every agent's episodes count (an env's built-in bots play as
-the env makes them); with a policy id, agent 0 plays the evaluated policy, the other agents that
-policy's latest weights, and only agent 0's episodes count.
+Episodes (:mod:`components.episode_player`) are stepped in a worker thread, ``_CHUNK_STEPS``
+steps at a time, so the event loop keeps heart-beating and a stop waits for one chunk at most.
+Multi-agent envs: with ``opponent`` -1 every agent plays the evaluated policy and every agent's
+episodes count (an env's built-in bots play as the env makes them); with a policy id, agent 0
+plays the evaluated policy, the other agents that policy's latest weights, and only agent 0's
+episodes count.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,8 +52,9 @@ import torch
 
 from components.buffers import PolicyWeights, flat_size
 from components.config import DataPathParams
-from components.envs import EnvError, MultiAgentEnv, make_env
-from components.policy import Policy, build_policy
+from components.envs import EnvError, make_env
+from components.episode_player import EpisodePlayer
+from components.policy import build_policy
 from components.stats import Stats
 from sfbus import Actor
 from sfbus import metrics as prom
@@ -96,72 +97,6 @@ class Score:
         if not any(math.isnan(r) for r in self.true_returns):
             record["mean_true_return"] = float(np.mean(self.true_returns))
         return record
-
-
-class EpisodePlayer:
-    """Plays episodes of one env, a chunk of steps per call, each agent with its own policy.
-
-    Observations go through each policy's normalizer as in inference; an agent's RNN state is
-    zeroed when its episode ends. Not thread-safe: one call at a time, from any thread.
-    """
-
-    def __init__(self, make: Callable[[], MultiAgentEnv], state_size: int,
-                 deterministic: bool) -> None:
-        self.make = make
-        self.env = make()
-        self.spec = spec = self.env.spec
-        self.deterministic = deterministic
-        self.obs = spec.empty_obs()
-        self.obs_t = {k: torch.from_numpy(v) for k, v in self.obs.items()}  # views of self.obs
-        self.actions = spec.empty_actions()
-        self.rnn = torch.zeros(spec.num_agents, state_size)
-        self.groups: list[tuple[Policy, torch.Tensor]] = []
-        self.counted = np.zeros(spec.num_agents, bool)
-        self.episodes: list[tuple[float, int, float]] = []
-        """Finished episodes of counted agents: (return, length, true return)."""
-
-    def renew(self) -> None:
-        """Replace a broken env with a fresh one made the same way."""
-        with contextlib.suppress(Exception):  # a broken env may fail to close; the new one matters
-            self.env.close()
-        self.env = self.make()
-
-    def start(self, players: Sequence[Policy], counted: Sequence[int], seed: int) -> None:
-        """New episodes from a reset seeded ``seed``; agent ``i`` acts with ``players[i]``."""
-        by_policy: dict[int, tuple[Policy, list[int]]] = {}
-        for agent, policy in enumerate(players):
-            by_policy.setdefault(id(policy), (policy, []))[1].append(agent)
-        self.groups = [(policy, torch.tensor(agents)) for policy, agents in by_policy.values()]
-        self.counted[:] = False
-        self.counted[list(counted)] = True
-        self.episodes = []
-        self.rnn.zero_()
-        self.env.reset_into(self.obs, seed=seed)
-
-    def play(self, steps: int, wanted: int) -> None:
-        """Step up to ``steps`` times, stopping once ``wanted`` episodes finished; raises
-        EnvError when the env breaks."""
-        shape = (-1, *self.spec.action_shape)
-        with torch.inference_mode():
-            for _ in range(steps):
-                if len(self.episodes) >= wanted:
-                    return
-                for policy, agents in self.groups:
-                    obs = {k: v.index_select(0, agents) for k, v in self.obs_t.items()}
-                    out = policy.model.forward_step(policy.obs_normalizer(obs),
-                                                    self.rnn.index_select(0, agents),
-                                                    deterministic=self.deterministic)
-                    self.actions[agents.numpy()] = out.actions.reshape(shape).numpy()
-                    self.rnn.index_copy_(0, agents, out.rnn_state)
-                _, terminated, truncated, infos = self.env.step_into(self.actions, self.obs)
-                ended = terminated | truncated
-                if ended.any():
-                    self.rnn[torch.from_numpy(ended)] = 0.0
-                    for agent in np.flatnonzero(ended & self.counted):
-                        info = infos[agent]
-                        self.episodes.append((float(info["episode_return"]),
-                                              int(info["episode_length"]),
-                                              float(info.get("episode_true_return", math.nan))))
 
 
 def stats_totals_name(topology: Topology) -> str | None:
@@ -249,9 +184,9 @@ class Evaluator(Actor):
             # writers never share one folder (TensorBoard may skip an older file's events).
             self.writer = SummaryWriter(str(Path(run_dir, "tensorboard", self.name)))
         self._declare_metrics()
+        self.make_env = functools.partial(make_env, p.env, **p.env_kwargs)
         self.player = await self._in_thread(
-            EpisodePlayer, functools.partial(make_env, p.env, **p.env_kwargs), p.state_size,
-            p.deterministic)
+            lambda: EpisodePlayer(self.make_env(), p.state_size, p.deterministic))
         self._loop_task = self.spawn(self._rounds(), "evaluation rounds")
 
     def _attach(self, policy: int) -> PolicyWeights:
@@ -331,13 +266,13 @@ class Evaluator(Actor):
         except EnvError as error:
             self.log.warning("%s: env failed evaluating policy %d (%s); recreating it",
                              self.name, policy, error)
-            await self._in_thread(player.renew)
+            await self._in_thread(player.renew, self.make_env)
             return None
         self.scored[policy] = version
         episodes = player.episodes[:p.episodes]
-        return Score(policy, version, self.rounds, frames, wall, [e[0] for e in episodes],
-                     [e[1] for e in episodes], [e[2] for e in episodes],
-                     time.perf_counter() - started)
+        return Score(policy, version, self.rounds, frames, wall,
+                     [e.episode_return for e in episodes], [e.length for e in episodes],
+                     [e.true_return for e in episodes], time.perf_counter() - started)
 
     def _report(self, score: Score) -> None:
         """Metrics, a log line, a JSON record and TensorBoard scalars of one score."""

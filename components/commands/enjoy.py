@@ -3,8 +3,9 @@
 The run's own topology snapshot (``RUN_DIR/topology.yaml``) says how the policy was trained: the
 learner actor of ``--policy`` carries the env, its arguments and the model config. The newest
 checkpoint of that policy is loaded into a fresh policy, which then plays episodes in one env in
-this process the way the rollout and inference workers do: observations through the normalizer in
-eval mode, RNN state carried between steps and zeroed after an agent's episode ends.
+this process with the evaluator's loop (:mod:`components.episode_player`): the way the rollout and
+inference workers act, observations through the normalizer in eval mode, RNN state carried between
+steps and zeroed after an agent's episode ends.
 
 Video convention: one frame per step, the frame the agent saw when it chose that step's action
 (the first is the episode's reset frame). A video of N steps has N frames; the frame after an
@@ -179,56 +180,19 @@ def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bo
     """
     import torch
 
+    from components.episode_player import EpisodePlayer
+
+    player = EpisodePlayer(env, params.state_size, deterministic, max_steps=max_steps,
+                           before_step=on_frame)
+    agents = env.spec.num_agents
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a batch of one row: more threads only contend for the cores
     try:
-        return _play(policy, params, env, episodes, deterministic, max_steps, seed, on_frame)
+        player.start([policy] * agents, range(agents), seed)
+        player.play(sys.maxsize, episodes)  # in one go: no event loop to yield to
     finally:
         torch.set_num_threads(threads)
-
-
-def _play(policy: Any, params: Any, env: Any, episodes: int, deterministic: bool,
-          max_steps: int | None, seed: int | None,
-          on_frame: Callable[[], None] | None) -> list[tuple[float, int, bool]]:
-    import numpy as np
-    import torch
-
-    spec = env.spec
-    n = spec.num_agents
-    obs = spec.empty_obs()
-    obs_t = {k: torch.from_numpy(v) for k, v in obs.items()}  # views: refilled in place by step
-    returns = np.zeros(n)
-    lengths = np.zeros(n, np.int64)
-    rnn = torch.zeros(n, params.state_size)
-    done: list[tuple[float, int, bool]] = []
-    env.reset_into(obs, seed=seed)
-    with torch.inference_mode():
-        while len(done) < episodes:
-            if on_frame is not None:
-                on_frame()
-            out = policy.model.forward_step(policy.obs_normalizer(obs_t), rnn,
-                                            deterministic=deterministic)
-            actions = out.actions.reshape(n, *spec.action_shape).numpy()
-            rewards, terminated, truncated, _ = env.step_into(
-                actions.astype(spec.action_dtype, copy=False), obs)
-            returns += rewards
-            lengths += 1
-            ended = terminated | truncated
-            rnn = out.rnn_state
-            rnn[torch.from_numpy(ended)] = 0.0
-            for agent in np.flatnonzero(ended):
-                done.append((float(returns[agent]), int(lengths[agent]), False))
-            returns[ended] = 0.0
-            lengths[ended] = 0
-            if max_steps is not None and lengths.max() >= max_steps and len(done) < episodes:
-                # Cut every agent's running episode (the interface resets all agents at once).
-                done += [(float(returns[a]), int(lengths[a]), True) for a in range(n)
-                         if lengths[a] > 0]
-                returns[:] = 0.0
-                lengths[:] = 0
-                rnn.zero_()
-                env.reset_into(obs)
-    return done[:episodes]
+    return [(e.episode_return, e.length, e.cut) for e in player.episodes[:episodes]]
 
 
 def _make_env(params: Any, *, render: bool) -> Any:
