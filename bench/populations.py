@@ -1,0 +1,101 @@
+"""Throughput of a population vs one policy, and of batched vs non-batched sampling.
+
+``python -m bench.populations [--seconds S] [--warmup W] [--write-docs]`` runs four full-training
+cases one after another, each in fresh processes under ``sfbus run``, all with the machine's
+default rollout workers (one per core) and 16 envs each:
+
+1. one policy on ``pbt8``'s scenario and data path (defend_the_center with its reward shaping,
+   batch 2048): ``topologies/doom_basic.yaml`` with those settings;
+2. ``topologies/pbt8.yaml``: the same envs shared by 8 policies (8 learners in one process,
+   one inference worker serving all 8), PBT at its default 5M-frame interval;
+3. ``topologies/doom_basic.yaml``: non-batched sampling (the default);
+4. ``topologies/doom_basic_batched.yaml``: the same with batched sampling.
+
+Rates and CPU shares are measured as in :mod:`bench.throughput` (its ``Window``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from bench import throughput
+from bench import throughput_topologies as tt
+from bench.report import write_section
+
+SECTION = "## Populations and batched sampling"
+SINGLE_ON_PBT8 = ["env=doom_defend_the_center", "batch_size=2048", "reward_scale=0.1",
+                  "env_kwargs={reward_shaping: {damage: 0.003, death: -0.25}}"]
+CASES = {
+    "single": ("one policy (pbt8's scenario)", "topologies/doom_basic.yaml", SINGLE_ON_PBT8),
+    "pbt8": ("pbt8: 8 policies", "topologies/pbt8.yaml", []),
+    "nonbatched": ("doom_basic, non-batched", "topologies/doom_basic.yaml", []),
+    "batched": ("doom_basic, batched", "topologies/doom_basic_batched.yaml", []),
+}
+COMMON = ["num_envs=16", *(f"{k}={v}" for k, v in tt.REPORTING.items())]
+
+
+def run(key: str, warmup: float, seconds: float) -> tt.Window:
+    """One case in fresh processes."""
+    _, topology, sets = CASES[key]
+    args = [topology, *(a for s in [*sets, *COMMON] for a in ("--set", s))]
+    with tempfile.TemporaryDirectory(prefix="sfbus-bench-") as tmp:
+        return tt.run_sfbus(args, warmup, seconds, Path(tmp))
+
+
+def ratios(results: dict[str, tt.Window]) -> str:
+    """The two comparisons the populations issue asks for, one line each."""
+    lines = []
+    if "single" in results and "pbt8" in results:
+        lines.append(f"pbt8 runs at {results['pbt8'].rate / results['single'].rate:.2f}x the "
+                     f"frame rate of one policy on the same envs (the paper: 146.4k vs 153.6k "
+                     f"FPS, 0.95x, for 12 vs 4 agents).")
+    if "nonbatched" in results and "batched" in results:
+        lines.append(f"Batched sampling runs at "
+                     f"{results['batched'].rate / results['nonbatched'].rate:.2f}x non-batched.")
+    return "\n".join(f"- {line}" for line in lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the cases in turn; print (and optionally write) the tables."""
+    parser = argparse.ArgumentParser(prog="python -m bench.populations", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=30.0, help="measured window per case")
+    parser.add_argument("--warmup", type=float, default=15.0, help="seconds after first frames")
+    parser.add_argument("--cases", default=",".join(CASES), help="subset of " + ", ".join(CASES))
+    parser.add_argument("--write-docs", action="store_true", help="rewrite the docs section")
+    args = parser.parse_args(argv)
+    keys = [k for k in args.cases.split(",") if k]
+    if bad := [k for k in keys if k not in CASES]:
+        parser.error(f"unknown case(s) {bad}; known: {list(CASES)}")
+    results: dict[str, tt.Window] = {}
+    for key in keys:
+        results[key] = w = run(key, args.warmup, args.seconds)
+        print(f"{CASES[key][0]:>30} | {w.rate:>9,.0f} env frames/s | {w.cores:.2f} cores "
+              f"(others {w.others:.2f})", flush=True)
+    names = {k: CASES[k][0] for k in results}
+    rows = ["| case | command | env frames/s | cores used | others' cores | memory RSS / PSS |",
+            "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for key, w in results.items():
+        _, topology, sets = CASES[key]
+        command = " ".join([topology, *(f"--set '{s}'" for s in sets)])
+        rows.append(f"| {names[key]} | `{command}` | {w.rate:,.0f} | {w.cores:.2f} | "
+                    f"{w.others:.2f} | {w.rss / 2**30:.2f} / {w.pss / 2**30:.2f} GiB |")
+    text = f"{ratios(results)}\n\n" + "\n".join(rows)
+    print("\n" + text)
+    if args.write_docs:
+        command = "python -m bench.populations " + " ".join(
+            sys.argv[1:] if argv is None else argv)
+        about = (f"Full training, one case after another in fresh processes, every case with "
+                 f"`--set {' --set '.join(COMMON)}` (one rollout worker per core, pinned). A rate "
+                 f"is env frames/s over a {args.seconds:g} s window {args.warmup:g} s after the "
+                 f"first frames, as in the throughput section.")
+        write_section(SECTION, f"Command: `{command.strip()}`\n\nMachine: "
+                               f"{throughput.machine()}\n\n{about}\n\n{text}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
