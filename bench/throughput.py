@@ -1,7 +1,8 @@
 """Env frames/s of pure simulation, of the sampler alone and of full training, side by side.
 
 ``python -m bench.throughput [--seconds S] [--workers 2] [--envs 16] [--env doom_basic]
-[--write-docs] [--quick]`` runs four cases one after another, each in fresh processes:
+[--cases ...] [--write-docs] [--quick]`` runs six cases one after another, each in fresh
+processes:
 
 1. pure simulation: ``--workers`` spawn processes, each pinned to its own core before it creates
    its envs (so the VizDoom engines inherit the pin), stepping ``--envs`` envs with random actions
@@ -9,7 +10,9 @@
 2. the sampler with a trivial policy: rollout workers, an inference worker drawing random actions
    and :class:`TrajectorySink` in place of the learner, under ``sfbus run``;
 3. the sampler with the real model (conv + GRU, initial weights; no learner);
-4. full training: ``topologies/doom_basic.yaml`` at the same workers and envs.
+4. full training: ``topologies/doom_basic.yaml`` at the same workers and envs;
+5. and 6. Sample Factory 2.1.1's sampler alone and its full training with the same model, sizes and
+   scenario, in its own virtual environment (:mod:`bench.sample_factory`).
 
 Each rate is taken over a window of ``--seconds`` that starts ``--warmup`` seconds after the first
 frames; the CPU time of every process (VizDoom engines included) and the memory are sampled from
@@ -38,10 +41,12 @@ from sfbus import Actor, Signal, slot
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## Throughput: simulation, sampler, training"
-# Sample Factory on this machine, doom_basic, 2 workers x 16 envs: quoted from the issue.
-SF_SAMPLER, SF_TRAINING = 6_600, 3_000
 CASES = {"sim": "pure simulation", "random": "sampler, random actions",
-         "model": "sampler, real model", "train": "full training"}
+         "model": "sampler, real model", "train": "full training",
+         "sf_model": "Sample Factory: sampler alone, real model",
+         "sf_train": "Sample Factory: full training"}
+# Which Sample Factory case each sfbus case is compared with, and the issue's goal ratio.
+VERSUS = {"model": ("sf_model", 2.0), "train": ("sf_train", 2.0)}
 ABOUT = """Cases run one after another, each in fresh processes, with %(workers)d rollout
 workers (or simulation processes) of %(envs)d envs each, every one pinned to its own core with
 the VizDoom engines it starts. A rate is env frames (agent steps x frameskip) per second over a
@@ -52,7 +57,11 @@ run` on a generated topology: the rollout workers, one inference worker (random 
 the worker, or the default model, conv + GRU 512, serving its initial weights) and a sink actor
 (`bench.throughput:TrajectorySink`) that hands each finished slot straight back, with the stats
 actor; its data-path settings (T, batch size, splits) are those of `%(training)s`. *Full
-training* is `sfbus run %(training)s %(sets)s`. Rates of the sfbus cases come from
+training* is `sfbus run %(training)s %(sets)s`. The *Sample Factory* cases run
+Sample Factory 2.1.1 from its own virtual environment (`bench/sample_factory.py`: `--device=cpu`,
+its `convnet_simple` encoder, GRU 512, rollout 32, batch 1024, 2 splits, workers pinned; the
+sampler is its `SamplingLoop` with each trajectory handed straight back), its rate read from the
+learner's (or the loop's) frame counts over the same window. Rates of the sfbus cases come from
 `progress.jsonl` (reports every 0.5 s, rollout progress every 0.1 s). CPU is the `/proc`
 utime+stime of every process over the window, in cores (1.00 = one core busy; in pure simulation
 `rollout.i` is simulation process i); memory sums RSS
@@ -160,6 +169,12 @@ def run_case(key: str, args: argparse.Namespace) -> tt.Window:
     """Run one case in fresh processes and return its measured window."""
     if key == "sim":
         return pure_simulation(args.env, args.workers, args.envs, args.warmup, args.seconds)
+    if key.startswith("sf_"):
+        from bench import sample_factory
+
+        run = sample_factory.run_sampler if key == "sf_model" else sample_factory.run_training
+        return run(args.seconds, args.warmup, env=args.env, workers=args.workers,
+                   envs=args.envs)
     with tempfile.TemporaryDirectory(prefix="sfbus-bench-") as tmp:
         if key == "train":
             sets = tt.training_overrides(args.env, args.workers, args.envs)
@@ -188,11 +203,6 @@ def rate_table(results: dict[str, tt.Window]) -> str:
         rows.append(f"| {CASES[key]} | {_k(w.rate)} | {ratio} | {w.cores:.2f} | {w.others:.2f} | "
                     f"{_gib(w.rss)} / {_gib(w.pss)} | {w.seconds:.1f} s, start-up "
                     f"{w.startup_s:.1f} s |")
-    for name, rate in (("Sample Factory: sampler alone, real model", SF_SAMPLER),
-                       ("Sample Factory: full training", SF_TRAINING)):
-        ratio = f"{rate / base:.0%}" if base else "-"
-        rows.append(f"| {name} (**not measured by this command**) | ~{_k(rate)} | {ratio} | | | | "
-                    "measured earlier on this machine, from the issue (2 workers x 16 envs) |")
     return "\n".join(rows)
 
 
@@ -218,7 +228,7 @@ def cpu_table(results: dict[str, tt.Window]) -> str:
 
 def _order(name: str) -> tuple[int, str]:
     first = name.split()[0].split(".")[0]
-    rank = {"supervisor": 0, "rollout": 1, "inference": 2, "sink": 3, "learner": 3}
+    rank = {"supervisor": 0, "runner": 0, "rollout": 1, "inference": 2, "sink": 3, "learner": 3}
     return rank.get(first, 4), name
 
 
@@ -228,13 +238,13 @@ def verdict(results: dict[str, tt.Window]) -> str:
     if "sim" in results and "random" in results:
         share = results["random"].rate / results["sim"].rate
         lines.append(f"Sampler with random actions: {share:.0%} of pure simulation "
-                     f"(goal: at least 85%).")
-    if "model" in results:
-        lines.append(f"Sampler with the real model: {_k(results['model'].rate)} env frames/s, "
-                     f"{results['model'].rate / SF_SAMPLER:.2f}x Sample Factory's ~6.6k.")
-    if "train" in results:
-        lines.append(f"Full training: {_k(results['train'].rate)} env frames/s, "
-                     f"{results['train'].rate / SF_TRAINING:.2f}x Sample Factory's ~3.0k.")
+                     f"(goal: at least 90%).")
+    for key, (versus, goal) in VERSUS.items():
+        if key in results and versus in results:
+            ratio = results[key].rate / results[versus].rate
+            lines.append(f"{CASES[key].capitalize()}: {_k(results[key].rate)} env frames/s vs "
+                         f"{_k(results[versus].rate)}, {ratio:.2f}x Sample Factory "
+                         f"(goal: at least {goal:g}x).")
     return "\n".join(f"- {line}" for line in lines)
 
 
