@@ -169,6 +169,7 @@ class InferenceWorker(Actor):
             return served
         served.model = build_policy(self.params).eval()
         served.model.requires_grad_(False)
+        served.model.model.encoder.keep_weights_in_compute_dtype(torch.device("cpu"))
         served.tensors = served.model.published_tensors()
         if f"policy.{policy}.weights" not in self.context.array_specs:
             # No learner publishes this policy (a sampler benchmark): keep the initial weights.

@@ -220,3 +220,23 @@ def test_auto_precision_uses_bfloat16_only_for_images_on_fast_hardware() -> None
 
     assert uses_bf16("auto", cpu) == cpu_has_fast_bf16()
     assert uses_bf16("bfloat16", cpu) and not uses_bf16("float32", cpu)
+
+
+def test_inference_weights_kept_in_bfloat16_give_the_same_actions_as_casting_them() -> None:
+    torch.manual_seed(1)
+    spec = {"obs": IMAGE}
+    cast = ActorCritic(spec, (3,), None, ModelConfig(hidden=32, core_size=8,
+                                                     precision="bfloat16")).eval()
+    stored = ActorCritic(spec, (3,), None, ModelConfig(hidden=32, core_size=8,
+                                                       precision="bfloat16")).eval()
+    stored.load_state_dict(cast.state_dict())
+    stored.encoder.keep_weights_in_compute_dtype(torch.device("cpu"))
+    assert {p.dtype for p in stored.encoder.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in stored.core.parameters()} == {torch.float32}
+    obs = random_obs(spec, 4)
+    with torch.inference_mode():
+        a = cast.forward_step(obs, torch.zeros(4, 8), deterministic=True)
+        b = stored.forward_step(obs, torch.zeros(4, 8), deterministic=True)
+    # autocast casts each float32 weight to bfloat16 on use: the same numbers as stored ones
+    torch.testing.assert_close(a.action_logits, b.action_logits)
+    torch.testing.assert_close(a.value, b.value)
