@@ -1,0 +1,149 @@
+"""Where the model's time goes: a learner step and an inference pass, float32 vs bfloat16.
+
+``python -m bench.arithmetic [--write-docs]`` times, in this process with one torch thread (as
+the learner and the inference worker run), the phases of one APPO step on a doom_basic-sized
+batch (32 trajectories x 32 steps of 3x72x128 frames, the default conv + GRU 512 model):
+normalizing the observations, forward pass and loss, backward pass, clipping and Adam; and one
+inference forward pass at 8, 16 and 32 rows. Each configuration is timed alternately, so
+machine noise hits them alike, and reported as the median of ``--repeats`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+from bench import throughput
+from bench.report import write_section
+from components.algo import AppoConfig, ObsNormalizer, ReturnsNormalizer, appo_loss
+from components.models import ActorCritic, ModelConfig
+
+SECTION = "## Where the time goes: the model's arithmetic"
+IMAGE = (3, 72, 128)
+PRECISIONS = ("float32", "bfloat16")
+PHASES = ("normalize", "forward + loss", "backward", "clip + Adam")
+
+
+def make_model(precision: str) -> ActorCritic:
+    """The default doom_basic model with the given encoder precision."""
+    torch.manual_seed(0)
+    return ActorCritic({"obs": (IMAGE, "uint8")}, (3,), None, ModelConfig(precision=precision))
+
+
+class LearnerStep:
+    """One APPO step on a fixed random batch, timed phase by phase."""
+
+    def __init__(self, precision: str, trajectories: int = 32, steps: int = 32) -> None:
+        self.model = make_model(precision)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
+        self.normalizer = ObsNormalizer({"obs": (IMAGE, "uint8")})
+        self.returns = ReturnsNormalizer()
+        b, t = trajectories, steps
+        self.steps = t
+        self.raw = torch.randint(0, 256, (b, t + 1, *IMAGE), dtype=torch.uint8)
+        self.batch = {"rnn_states": torch.zeros(b, 512), "actions": torch.randint(0, 3, (b, t, 1)),
+                      "log_probs": torch.full((b, t), -1.1), "values": torch.zeros(b, t),
+                      "rewards": torch.randn(b, t), "dones": torch.zeros(b, t)}
+        self.samples = b * t
+
+    def run(self) -> list[float]:
+        """Seconds of each phase of one step."""
+        marks = [time.perf_counter()]
+        stats = self.normalizer.stats["obs"]
+        stats.update(self.raw[:, : self.steps : 8])  # as the learner: every 8th step's frames
+        obs = {"obs": stats.normalize(self.raw)}
+        marks.append(time.perf_counter())
+        loss, _ = appo_loss(self.model, {**self.batch, "obs": obs}, AppoConfig(), self.returns)
+        marks.append(time.perf_counter())
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        marks.append(time.perf_counter())
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 4.0)
+        self.optimizer.step()
+        marks.append(time.perf_counter())
+        return [b - a for a, b in zip(marks, marks[1:], strict=False)]
+
+
+def inference_pass(precision: str, rows: int) -> Callable[[], None]:
+    """One inference forward pass of ``rows`` rows, as the inference worker runs it."""
+    model = make_model(precision).eval().requires_grad_(False)
+    model.encoder.keep_weights_in_compute_dtype(torch.device("cpu"))
+    obs = {"obs": torch.rand(rows, *IMAGE)}
+    state = torch.zeros(rows, model.state_size)
+
+    def run() -> None:
+        with torch.inference_mode():
+            model.forward_step(obs, state)
+    return run
+
+
+def median_times(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, object]:
+    """Call every run ``repeats`` times, interleaved; the median of each (per phase if a list)."""
+    samples: dict[str, list[object]] = {name: [] for name in runs}
+    for name, run in runs.items():  # warm-up: allocator, oneDNN kernels
+        run()
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            result = run()
+            samples[name].append(result if isinstance(result, list)
+                                 else time.perf_counter() - start)
+    out: dict[str, object] = {}
+    for name, values in samples.items():
+        if isinstance(values[0], list):
+            out[name] = [statistics.median(v[i] for v in values)  # type: ignore[index]
+                         for i in range(len(values[0]))]  # type: ignore[arg-type]
+        else:
+            out[name] = statistics.median(values)  # type: ignore[type-var]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Time both precisions, print the tables, optionally rewrite the docs section."""
+    parser = argparse.ArgumentParser(prog="python -m bench.arithmetic", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=7, help="timed runs per configuration")
+    parser.add_argument("--write-docs", action="store_true", help="rewrite the docs section")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    steps = {p: LearnerStep(p) for p in PRECISIONS}
+    learner = median_times({p: s.run for p, s in steps.items()}, args.repeats)
+    samples = steps["float32"].samples
+    rows = ["| learner step phase | " + " | ".join(PRECISIONS) + " |",
+            "| --- |" + " ---: |" * len(PRECISIONS)]
+    for i, phase in enumerate(PHASES):
+        rows.append(f"| {phase} | " + " | ".join(f"{learner[p][i] * 1e3:.0f} ms"  # type: ignore
+                                                 for p in PRECISIONS) + " |")
+    totals = {p: sum(learner[p]) for p in PRECISIONS}  # type: ignore[arg-type]
+    rows.append("| **whole step** | " + " | ".join(
+        f"**{totals[p] * 1e3:.0f} ms** ({samples / totals[p]:,.0f} samples/s)"
+        for p in PRECISIONS) + " |")
+    passes = {f"{p}/{n}": inference_pass(p, n) for n in (8, 16, 32) for p in PRECISIONS}
+    times = median_times(passes, args.repeats * 5)
+    rows += ["", "| inference pass | " + " | ".join(PRECISIONS) + " |",
+             "| --- |" + " ---: |" * len(PRECISIONS)]
+    for n in (8, 16, 32):
+        rows.append(f"| {n} rows | " + " | ".join(
+            f"{times[f'{p}/{n}'] * 1e3:.2f} ms ({n / times[f'{p}/{n}']:,.0f} rows/s)"  # type: ignore
+            for p in PRECISIONS) + " |")
+    text = "\n".join(rows)
+    print(text)
+    if args.write_docs:
+        command = "python -m bench.arithmetic " + " ".join(sys.argv[1:] if argv is None else argv)
+        about = ("One torch thread, as in the learner and the inference worker; medians of "
+                 f"{args.repeats} interleaved runs (inference: {args.repeats * 5}). `bfloat16` "
+                 "is `model.precision: bfloat16` (the default `auto` on this CPU): the encoder "
+                 "under autocast with channels-last convolutions, the GRU and the heads in "
+                 "float32; the inference worker keeps the encoder's weights in bfloat16.")
+        write_section(SECTION, f"Command: `{command.strip()}`\n\nMachine: {throughput.machine()}"
+                               f"\n\n{about}\n\n{text}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
