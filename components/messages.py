@@ -86,6 +86,11 @@ class EpisodeFinished(Message, frozen=True):
     frames: int
     true_return: float = float("nan")
     """The env's score without reward shaping (NaN: the env does not shape, see the return)."""
+    win: float = float("nan")
+    """A match's outcome: 1.0 when the agent outscored every other agent, else 0.0 (NaN: no
+    match, the env reports no ``episode_win``)."""
+    opponent: int = -1
+    """The policy of the other agent of a 1v1 match (-1: none reported)."""
 
 
 class RolloutProgress(Message, frozen=True):

@@ -1,7 +1,8 @@
 """The population-based training actor: ranks the population, mutates, exchanges weights.
 
 It listens to every ``EpisodeFinished`` (the objective: mean return of a policy's recent
-episodes; the env's unshaped score when it reports one) and every learner's ``TrainingStats``
+episodes; the env's unshaped score when it reports one; in self-play the win rate of its recent
+matches, whose winners and losers it also counts) and every learner's ``TrainingStats``
 (frames trained per policy, which drive the schedule). The rules are in
 :mod:`components.pbt_rules`. A decision sends ``HyperparamsChanged`` (the policy's whole set) to
 the learners and rollout workers, and for an exchange ``ReplacePolicy`` to the learners, which
@@ -64,9 +65,10 @@ class PopulationTrainer(Actor):
     class Params(DataPathParams, PbtRules):
         """The data path's settings plus the PBT schedule (``PbtRules``' fields)."""
 
-        objective: Literal["true_return", "episode_return"] = "true_return"
+        objective: Literal["true_return", "episode_return", "win_rate"] = "true_return"
         """Mean of the recent episodes' unshaped score (``true_return``; the return when the
-        env does not shape rewards) or of their (shaped) return."""
+        env does not shape rewards), of their (shaped) return, or the recent matches' win rate
+        (``win_rate``: 1 for outscoring the opponent, 0 otherwise; self-play)."""
         objective_episodes: int = 100
         """Recent episodes per policy in the objective."""
         mutable: tuple[str, ...] = ("appo.lr", "appo.entropy_coeff", "appo.adam_beta1",
@@ -95,6 +97,9 @@ class PopulationTrainer(Actor):
                                      p.objective, p.objective_episodes)
         self.exchanges = 0
         self.mutations = 0
+        self.wins: dict[tuple[int, int], int] = {}
+        """Self-play results: (winner, loser) policies -> matches."""
+        self._wins_logged = 0
         run_dir = self.context.run_dir
         self.history = None if run_dir is None else Path(run_dir, "pbt_history.jsonl")
         self.checkpoint_dir = None if run_dir is None else Path(run_dir, "checkpoints", "pbt")
@@ -113,6 +118,8 @@ class PopulationTrainer(Actor):
                                          ("policy",))
         self._m_exchanges = prom.counter("sfbus_pbt_exchanges_total", "Weight exchanges "
                                          "started, by target policy", ("policy",))
+        self._m_matches = prom.counter("sfbus_selfplay_matches_total", "1v1 matches won, by "
+                                       "winner and loser policy", ("winner", "loser"))
         for policy in range(p.num_policies):
             self._announce(policy)
         if p.announce_every_s > 0:
@@ -155,8 +162,12 @@ class PopulationTrainer(Actor):
 
     @slot
     def on_episode_finished(self, msg: EpisodeFinished) -> None:
-        """Add an episode to its policy's objective."""
-        self.population.add_episode(msg.policy, msg.episode_return, msg.true_return)
+        """Add an episode to its policy's objective; count a 1v1 match's winner and loser."""
+        self.population.add_episode(msg.policy, msg.episode_return, msg.true_return, msg.win)
+        if msg.win == 1.0 and msg.opponent >= 0:  # the loser's episode says win 0: count once
+            pair = (msg.policy, msg.opponent)
+            self.wins[pair] = self.wins.get(pair, 0) + 1
+            self._m_matches.labels(str(msg.policy), str(msg.opponent)).inc()
 
     @slot
     def on_training_stats(self, msg: TrainingStats) -> None:
@@ -213,12 +224,19 @@ class PopulationTrainer(Actor):
             "population": decision.population, "source": decision.source, "exchange": exchange,
             "mutations": {n: list(v) for n, v in decision.mutations.items()},
             "hyperparams": decision.hyperparams, "reason": decision.reason,
-            "objectives": {str(p): v for p, v in objectives.items()}})
+            "objectives": {str(p): v for p, v in objectives.items()},
+            "objective_kind": self.params.objective,
+            "wins": {f"{w}>{lo}": n for (w, lo), n in sorted(self.wins.items())}})
         self._save()
 
     def _announce_all(self) -> None:
         for policy in self.population.hyperparams:
             self._announce(policy)
+        total = sum(self.wins.values())
+        if total != self._wins_logged:  # who beats whom, when new matches were won
+            self._wins_logged = total
+            self.log.info("%s: self-play wins (winner>loser: matches): %s", self.name,
+                          _fmt_wins(self.wins))
 
     def _announce(self, policy: int) -> None:
         values = self.population.hyperparams[policy]
@@ -250,6 +268,10 @@ class PopulationTrainer(Actor):
         """Write the final checkpoint."""
         if hasattr(self, "population"):
             self._save()
+
+
+def _fmt_wins(wins: dict[tuple[int, int], int]) -> str:
+    return ", ".join(f"{w}>{lo}: {n}" for (w, lo), n in sorted(wins.items()))
 
 
 def _fmt(value: float | None) -> str:

@@ -127,8 +127,9 @@ class Population:
     """PBT's view of the population: objectives, frames, hyperparameters and the schedule."""
 
     def __init__(self, hyperparams: dict[int, dict[str, float]], rules: PbtRules,
-                 rng: np.random.Generator, objective: Literal["true_return", "episode_return"]
-                 = "true_return", window: int = 100) -> None:
+                 rng: np.random.Generator,
+                 objective: Literal["true_return", "episode_return", "win_rate"] = "true_return",
+                 window: int = 100) -> None:
         self.rules = rules
         self.rng = rng
         self.objective = objective
@@ -141,14 +142,21 @@ class Population:
         self.next_exchange = 0
         self.updates = 0
 
-    def add_episode(self, policy: int, episode_return: float, true_return: float) -> None:
-        """Record a finished episode (``true_return`` NaN: the env has no separate score)."""
-        if policy in self.returns:
-            use_true = self.objective == "true_return" and not math.isnan(true_return)
-            self.returns[policy].append(true_return if use_true else episode_return)
+    def add_episode(self, policy: int, episode_return: float, true_return: float,
+                    win: float = math.nan) -> None:
+        """Record a finished episode (``true_return`` NaN: the env has no separate score;
+        ``win`` NaN: not a match, which a ``win_rate`` objective skips)."""
+        if policy not in self.returns:
+            return
+        if self.objective == "win_rate":
+            if not math.isnan(win):
+                self.returns[policy].append(win)
+            return
+        use_true = self.objective == "true_return" and not math.isnan(true_return)
+        self.returns[policy].append(true_return if use_true else episode_return)
 
     def objectives(self) -> dict[int, float]:
-        """Mean return over the recent episodes of each policy that has some."""
+        """Mean return (or win rate) over the recent episodes of each policy that has some."""
         return {p: sum(r) / len(r) for p, r in self.returns.items() if r}
 
     def busy(self) -> frozenset[int]:

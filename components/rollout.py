@@ -307,10 +307,13 @@ class RolloutWorker(WorkerFaults, Actor):
         for j, info in enumerate(infos):
             if "episode_return" in info:
                 self._m_episodes.inc()
+                other = info.get("episode_opponent")  # the opponent's agent index in this env
                 self.episode_finished.emit(EpisodeFinished(
                     int(self.agent_policy[row0 + j]), float(info["episode_return"]),
                     int(info["episode_length"]), int(info["episode_frames"]),
-                    float(info.get("episode_true_return", math.nan))))
+                    float(info.get("episode_true_return", math.nan)),
+                    float(info.get("episode_win", math.nan)),
+                    -1 if other is None else int(self.agent_policy[row0 + other])))
                 if self.population is not None:
                     self.population.ended.append(row0 + j)
 

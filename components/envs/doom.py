@@ -44,8 +44,8 @@ from components.envs.spec import (
 _ENGINE_ERRORS = (vzd.ViZDoomUnexpectedExitException, vzd.ViZDoomIsNotRunningException,
                   vzd.ViZDoomErrorException, vzd.SharedMemoryException, vzd.MessageQueueException)
 _NATIVE = (160, 120)  # RES_160X120, the cheapest resolution VizDoom renders
-_INTERPOLATION = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR,
-                  "nearest": cv2.INTER_NEAREST}
+INTERPOLATION = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR,
+                 "nearest": cv2.INTER_NEAREST}
 # Hosted deathmatch as in ViZDoom's bot examples and Sample Factory: instant forced respawn,
 # no autoaim or crouch, spawn far from others; +viz_nocheat 0 lets us send "addbot".
 _DEATHMATCH_ARGS = ("-host 1 -deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1"
@@ -53,13 +53,13 @@ _DEATHMATCH_ARGS = ("-host 1 -deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_
                     " +name AI +colorset 0")
 # One engine config file for all our games, outside the working directory (VizDoom otherwise
 # writes _vizdoom.ini into the cwd of every process).
-_INI_PATH = os.path.join(tempfile.gettempdir(), "sfbus_vizdoom.ini")
+INI_PATH = os.path.join(tempfile.gettempdir(), "sfbus_vizdoom.ini")
 
 
 _orphans_removed = False
 
 
-def _remove_orphans_once() -> None:
+def remove_orphans_once() -> None:
     """Clear what killed engines left in /dev/shm, once per process (e.g. a restarted worker)."""
     global _orphans_removed
     if not _orphans_removed:
@@ -126,8 +126,8 @@ class DoomEnv(MultiAgentEnv):
             raise ValueError(f"frameskip must be >= 1, not {frameskip}")
         if action_space not in ("simple", "full"):
             raise ValueError(f"action_space must be 'simple' or 'full', not {action_space!r}")
-        if interpolation not in _INTERPOLATION:
-            raise ValueError(f"interpolation must be one of {sorted(_INTERPOLATION)}")
+        if interpolation not in INTERPOLATION:
+            raise ValueError(f"interpolation must be one of {sorted(INTERPOLATION)}")
         self.scenario = scenario
         self.num_bots = sc.num_bots if num_bots is None else num_bots
         if self.num_bots and not sc.deathmatch:
@@ -145,9 +145,9 @@ class DoomEnv(MultiAgentEnv):
         """Shaping coefficients, read every step: mutate in place (PBT does)."""
         ds.check_shaping_keys(self.reward_shaping)
 
-        _remove_orphans_once()
+        remove_orphans_once()
         self._game = g = vzd.DoomGame()
-        g.set_doom_config_path(_INI_PATH)
+        g.set_doom_config_path(INI_PATH)
         g.load_config(os.path.join(vzd.scenarios_path, sc.cfg))
         if sc.wad:
             g.set_doom_scenario_path(os.path.join(vzd.scenarios_path, sc.wad))
@@ -187,7 +187,7 @@ class DoomEnv(MultiAgentEnv):
         else:
             self._simple = ds.simple_actions(g.get_available_buttons())
         self._nbuttons = len(g.get_available_buttons())
-        self._interp = _INTERPOLATION[interpolation]
+        self._interp = INTERPOLATION[interpolation]
         self._hwc = np.empty((self._wh[1], self._wh[0], 3), np.uint8)
         self._screen: np.ndarray | None = None  # the last native frame, for render()
         fields = {"obs": ObsField((3, self._wh[1], self._wh[0]), "uint8")}

@@ -14,6 +14,8 @@ Factory = Callable[..., MultiAgentEnv]
 # Short names of built-in envs, as import strings so nothing heavy loads until used.
 _REGISTRY: dict[str, Factory | str] = {
     "toy_multi_agent": "components.envs.multi_agent:make_toy_env",
+    "doom_duel": "components.envs.doom_duel:make_doom_duel",
+    "doom_duel_bots": "components.envs.doom_duel:make_doom_duel_bots",
 }
 _SPEC_CACHE: dict[tuple[str, str], EnvSpec] = {}
 
