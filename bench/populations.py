@@ -9,7 +9,12 @@ default rollout workers (one per core) and 16 envs each:
 2. ``topologies/pbt8.yaml``: the same envs shared by 8 policies (8 learners in one process,
    one inference worker serving all 8), PBT at its default 5M-frame interval;
 3. ``topologies/doom_basic.yaml``: non-batched sampling (the default);
-4. ``topologies/doom_basic_batched.yaml``: the same with batched sampling.
+4. ``topologies/doom_basic_batched.yaml``: the same with batched sampling;
+5. and 6. self-play vs bots, as pure simulation (random actions, the processes of
+   :func:`bench.throughput.pure_simulation`): networked 1v1 matches (``doom_duel``, two engines in
+   lock-step per match) against single-player games with one built-in bot on the same map
+   (``doom_deathmatch`` with ``num_bots: 1``), the same number of agents per core; and 7. full
+   self-play training, ``topologies/selfplay_duel.yaml``.
 
 Rates and CPU shares are measured as in :mod:`bench.throughput` (its ``Window``).
 """
@@ -17,6 +22,7 @@ Rates and CPU shares are measured as in :mod:`bench.throughput` (its ``Window``)
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -33,14 +39,24 @@ CASES = {
     "pbt8": ("pbt8: 8 policies", "topologies/pbt8.yaml", []),
     "nonbatched": ("doom_basic, non-batched", "topologies/doom_basic.yaml", []),
     "batched": ("doom_basic, batched", "topologies/doom_basic_batched.yaml", []),
+    "sim_bots": ("simulation: single player + 1 bot", "doom_deathmatch", {"num_bots": 1}),
+    "sim_duel": ("simulation: networked duels", "doom_duel", {}),
+    "selfplay": ("self-play training, 4 policies", "topologies/selfplay_duel.yaml", []),
 }
+AGENTS_PER_CORE = 4  # simulation cases: 4 single-player games, or 2 duels of 2 agents
 COMMON = ["num_envs=16", *(f"{k}={v}" for k, v in tt.REPORTING.items())]
+REPORTING_SETS = [f"{k}={v}" for k, v in tt.REPORTING.items()]
 
 
 def run(key: str, warmup: float, seconds: float) -> tt.Window:
     """One case in fresh processes."""
     _, topology, sets = CASES[key]
-    args = [topology, *(a for s in [*sets, *COMMON] for a in ("--set", s))]
+    if key.startswith("sim_"):
+        envs = AGENTS_PER_CORE // (2 if key == "sim_duel" else 1)
+        return throughput.pure_simulation(topology, os.cpu_count() or 1, envs, warmup, seconds,
+                                          dict(sets))
+    common = COMMON if key != "selfplay" else REPORTING_SETS
+    args = [topology, *(a for s in [*sets, *common] for a in ("--set", s))]
     with tempfile.TemporaryDirectory(prefix="sfbus-bench-") as tmp:
         return tt.run_sfbus(args, warmup, seconds, Path(tmp))
 
@@ -55,6 +71,10 @@ def ratios(results: dict[str, tt.Window]) -> str:
     if "nonbatched" in results and "batched" in results:
         lines.append(f"Batched sampling runs at "
                      f"{results['batched'].rate / results['nonbatched'].rate:.2f}x non-batched.")
+    if "sim_bots" in results and "sim_duel" in results:
+        lines.append(f"Networked duels simulate at "
+                     f"{results['sim_duel'].rate / results['sim_bots'].rate:.2f}x the agent frames "
+                     f"of single-player games with a bot (the paper: 2-3x slower).")
     return "\n".join(f"- {line}" for line in lines)
 
 
@@ -80,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             "| --- | --- | ---: | ---: | ---: | ---: |"]
     for key, w in results.items():
         _, topology, sets = CASES[key]
-        command = " ".join([topology, *(f"--set '{s}'" for s in sets)])
+        command = (f"pure simulation of {topology} {sets or ''}".strip() if key.startswith("sim_")
+                   else " ".join([topology, *(f"--set '{s}'" for s in sets)]))
         rows.append(f"| {names[key]} | `{command}` | {w.rate:,.0f} | {w.cores:.2f} | "
                     f"{w.others:.2f} | {w.rss / 2**30:.2f} / {w.pss / 2**30:.2f} GiB |")
     text = f"{ratios(results)}\n\n" + "\n".join(rows)

@@ -91,7 +91,7 @@ def _random_actions(rng: np.random.Generator, spec: Any, n: int) -> np.ndarray:
 
 
 def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: Any,
-              ready: Any, stop: Any) -> None:
+              ready: Any, stop: Any, env_kwargs: dict[str, Any]) -> None:
     """One simulation process: pin, make envs, step them with random actions until ``stop``."""
     os.sched_setaffinity(0, [core])  # before the envs, so that their engine processes inherit it
     with contextlib.suppress(ImportError):
@@ -100,7 +100,7 @@ def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: 
         cv2.setNumThreads(1)
     from components.envs import EnvError, make_env
 
-    made = [make_env(env) for _ in range(envs)]
+    made = [make_env(env, **env_kwargs) for _ in range(envs)]
     spec = made[0].spec
     na = spec.num_agents
     # Rows as in a trajectory buffer, [agents, T+1, ...]: each step writes the next column.
@@ -121,20 +121,21 @@ def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: 
                 made[e].step_into(actions[e * na:(e + 1) * na], outs[t][e])
             except EnvError:  # as the rollout worker does: replace the broken env
                 made[e].close()
-                made[e] = make_env(env)
+                made[e] = make_env(env, **env_kwargs)
                 made[e].reset_into(outs[t][e])
         steps.value += envs * na
     for m in made:
         m.close()
 
 
-def pure_simulation(env: str, workers: int, envs: int, warmup: float,
-                    seconds: float) -> tt.Window:
+def pure_simulation(env: str, workers: int, envs: int, warmup: float, seconds: float,
+                    env_kwargs: dict[str, Any] | None = None) -> tt.Window:
     """``workers`` pinned processes stepping their envs with random actions, measured."""
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
     counters = [ctx.RawValue("q", 0) for _ in range(workers)]
-    procs = [ctx.Process(target=_simulate, args=(env, envs, i, core, 32, counters[i], ready, stop))
+    procs = [ctx.Process(target=_simulate, args=(env, envs, i, core, 32, counters[i], ready, stop,
+                                                 env_kwargs or {}))
              for i, core in enumerate(tt.affinity(workers))]
     started = time.monotonic()
     for p in procs:
