@@ -11,6 +11,7 @@ machine noise hits them alike, and reported as the median of ``--repeats`` runs.
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -66,7 +67,7 @@ class LearnerStep:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 4.0)
         self.optimizer.step()
         marks.append(time.perf_counter())
-        return [b - a for a, b in zip(marks, marks[1:], strict=False)]
+        return [b - a for a, b in itertools.pairwise(marks)]
 
 
 def inference_pass(precision: str, rows: int) -> Callable[[], None]:
@@ -85,7 +86,7 @@ def inference_pass(precision: str, rows: int) -> Callable[[], None]:
 def median_times(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, object]:
     """Call every run ``repeats`` times, interleaved; the median of each (per phase if a list)."""
     samples: dict[str, list[object]] = {name: [] for name in runs}
-    for name, run in runs.items():  # warm-up: allocator, oneDNN kernels
+    for run in runs.values():  # warm-up: allocator, oneDNN kernels
         run()
     for _ in range(repeats):
         for name, run in runs.items():

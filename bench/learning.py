@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"Command: `{command.strip()}` — each configuration trains `sfbus run {TOPOLOGY} "
                 f"--max-frames {args.frames}` with its `--set`s ({sets}), one after another; "
                 f"the reward is the 100-episode mean of VizDoom's own reward for `basic` from "
-                f"the run's `progress.jsonl`. One run per configuration (seed 0 unless it sets one).\n\nMachine: {throughput.machine()}"
+                f"the run's `progress.jsonl`. One run per configuration (seed 0 unless it sets "
+                f"one).\n\nMachine: {throughput.machine()}"
                 f"\n\n{text}\n\n![doom_basic: mean episode reward vs env frames]"
                 f"(doom_basic_learning.png)\n\n![doom_basic: mean episode reward vs wall time]"
                 f"(doom_basic_learning_time.png)\n"))

@@ -14,7 +14,8 @@ default rollout workers (one per core) and 16 envs each:
    :func:`bench.throughput.pure_simulation`): networked 1v1 matches (``doom_duel``, two engines in
    lock-step per match) against single-player games with one built-in bot on the same map
    (``doom_deathmatch`` with ``num_bots: 1``), the same number of agents per core; and 7. full
-   self-play training, ``topologies/selfplay_duel.yaml``.
+   self-play training, ``topologies/selfplay_duel.yaml``; 8. ``doom_basic.yaml`` with an evaluator
+   (``components.evaluator``, its default 10 episodes) every 10 s, beside case 3.
 
 Rates and CPU shares are measured as in :mod:`bench.throughput` (its ``Window``).
 """
@@ -42,6 +43,10 @@ CASES = {
     "sim_bots": ("simulation: single player + 1 bot", "doom_deathmatch", {"num_bots": 1}),
     "sim_duel": ("simulation: networked duels", "doom_duel", {}),
     "selfplay": ("self-play training, 4 policies", "topologies/selfplay_duel.yaml", []),
+    "evaluated": ("doom_basic + evaluator every 10 s", "topologies/doom_basic.yaml",
+                  ["processes.evaluator.nice=10",
+                   "processes.evaluator.actors.evaluator.class=components.evaluator:Evaluator",
+                   "processes.evaluator.actors.evaluator.params.interval_s=10"]),
 }
 AGENTS_PER_CORE = 4  # simulation cases: 4 single-player games, or 2 duels of 2 agents
 COMMON = ["num_envs=16", *(f"{k}={v}" for k, v in tt.REPORTING.items())]
@@ -71,6 +76,10 @@ def ratios(results: dict[str, tt.Window]) -> str:
     if "nonbatched" in results and "batched" in results:
         lines.append(f"Batched sampling runs at "
                      f"{results['batched'].rate / results['nonbatched'].rate:.2f}x non-batched.")
+    if "nonbatched" in results and "evaluated" in results:
+        lines.append(f"Training with an evaluator every 10 s runs at "
+                     f"{results['evaluated'].rate / results['nonbatched'].rate:.2f}x training "
+                     f"without one.")
     if "sim_bots" in results and "sim_duel" in results:
         lines.append(f"Networked duels simulate at "
                      f"{results['sim_duel'].rate / results['sim_bots'].rate:.2f}x the agent frames "
