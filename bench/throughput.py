@@ -84,12 +84,6 @@ class TrajectorySink(Actor):
 
 # ----- pure simulation ----------------------------------------------------------------------
 
-def _random_actions(rng: np.random.Generator, spec: Any, n: int) -> np.ndarray:
-    if spec.is_continuous:
-        return rng.standard_normal((n, *spec.action_shape), dtype=np.float32)
-    return rng.integers(0, np.asarray(spec.action_heads), size=(n, len(spec.action_heads)))
-
-
 def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: Any,
               ready: Any, stop: Any, env_kwargs: dict[str, Any]) -> None:
     """One simulation process: pin, make envs, step them with random actions until ``stop``."""
@@ -115,7 +109,7 @@ def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: 
     t = 0
     while not stop.is_set():
         t = t % rollout + 1
-        actions = _random_actions(rng, spec, envs * na)
+        actions, _ = spec.random_actions(rng, envs * na)
         for e in range(envs):
             try:
                 made[e].step_into(actions[e * na:(e + 1) * na], outs[t][e])

@@ -19,7 +19,6 @@ one, and a block is free again once all of its slots are.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -31,7 +30,6 @@ from components.messages import InferenceRequest
 from sfbus import SlotPool
 from sfbus.context import ActorContext
 
-_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _FIELDS = ("rnn", "actions", "log_probs", "values", "versions")
 
 
@@ -104,14 +102,8 @@ class BlockServer:
         at, at1 = self.at(request)
         n = request.count
         fields = self.numpy[request.worker]
-        if spec.is_continuous:
-            actions = self.rng.standard_normal((n, *spec.action_shape), dtype=np.float32)
-            log_probs = (-0.5 * np.square(actions) - _LOG_SQRT_2PI).reshape(n, -1).sum(1)
-        else:
-            heads = np.asarray(spec.action_heads)
-            actions = self.rng.integers(0, heads, size=(n, len(heads)))
-            log_probs = np.full(n, -np.log(heads).sum())
-        fields["actions"][at] = actions.reshape(n, *spec.action_shape)
+        actions, log_probs = spec.random_actions(self.rng, n)
+        fields["actions"][at] = actions
         fields["log_probs"][at] = log_probs
         fields["values"][at] = 0.0
         fields["versions"][at] = version

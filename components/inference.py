@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import time
 from dataclasses import dataclass
 
@@ -38,7 +37,6 @@ from sfbus import Actor, Signal, slot
 # and 0.1 ms .. 0.25 s (a CPU conv+GRU pass on a few dozen Doom frames takes milliseconds).
 _ROW_BUCKETS = tuple(float(2**i) for i in range(12))
 _LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25)
-_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 class _Rows:
@@ -291,14 +289,7 @@ class InferenceWorker(Actor):
 
     def _random(self, served: _Served, requests: list[InferenceRequest], indices: list[Tensor],
                 total: int) -> None:
-        spec = self.spec
-        if spec.is_continuous:
-            actions = self.rng.standard_normal((total, *spec.action_shape), dtype=np.float32)
-            log_probs = (-0.5 * np.square(actions) - _LOG_SQRT_2PI).reshape(total, -1).sum(1)
-        else:
-            heads = np.asarray(spec.action_heads)
-            actions = self.rng.integers(0, heads, size=(total, len(heads)))
-            log_probs = np.full(total, -np.log(heads).sum())
+        actions, log_probs = self.spec.random_actions(self.rng, total)
         start = 0
         for r, index in zip(requests, indices, strict=True):
             rows, end = self.rows[r.worker].np, start + r.count

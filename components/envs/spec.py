@@ -14,10 +14,13 @@ Conventions (Sample Factory's):
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 ObsDict = dict[str, np.ndarray]
 StepOutput = tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]
@@ -89,6 +92,16 @@ class EnvSpec:
         """Zeroed observation arrays `[num_agents, *shape]` per field, for `step_into`."""
         return {k: np.zeros((self.num_agents, *f.shape), f.dtype)
                 for k, f in self.observation_space.items()}
+
+    def random_actions(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` uniform random actions (standard normal for a Box) and their log-probabilities:
+        the trivial policy of sampler benchmarks and tests."""
+        if self.is_continuous:
+            actions = rng.standard_normal((n, *self.action_shape), dtype=np.float32)
+            log_probs = (-0.5 * np.square(actions) - _LOG_SQRT_2PI).reshape(n, -1).sum(1)
+            return actions, log_probs
+        heads = np.asarray(self.action_heads)
+        return rng.integers(0, heads, size=(n, len(heads))), np.full(n, -np.log(heads).sum())
 
     def empty_actions(self) -> np.ndarray:
         """A no-op-shaped zero action array `[num_agents, *action_shape]`."""

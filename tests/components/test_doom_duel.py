@@ -26,8 +26,7 @@ def _alive(pid: int) -> bool:
 
 
 def _random_actions(env: DoomDuelEnv, rng: np.random.Generator) -> np.ndarray:
-    return np.stack([[rng.integers(n) for n in env.spec.action_heads]
-                     for _ in range(env.spec.num_agents)])
+    return env.spec.random_actions(rng, env.spec.num_agents)[0]
 
 
 @pytest.mark.multiprocess
