@@ -24,6 +24,7 @@ import numpy as np
 
 from bench.process import stop_gracefully
 from bench.report import machine, write_section
+from sfbus.procfs import run_children
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = "topologies/doom_basic.yaml"
@@ -62,17 +63,6 @@ class Sample:
     frames: int
     version: int
     kills: str
-
-
-def children_of(run_dir: Path) -> dict[str, int]:
-    """The run's child processes alive now: process name to pid (their cmdline names both)."""
-    found, needle = {}, str(run_dir.resolve())
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            argv = Path("/proc", entry, "cmdline").read_bytes().decode(errors="replace").split("\0")
-            if "sfbus.child" in argv and needle in argv:
-                found[argv[argv.index("sfbus.child") + 2]] = int(entry)
-    return found
 
 
 def run_processes(supervisor: int, groups: set[int]) -> list[int]:
@@ -204,7 +194,7 @@ def soak(args: argparse.Namespace, tmp: Path) -> tuple[list[Sample], str, bool]:
         next_sample = 0.0
         next_kill = args.kill_every / 2 if args.kill_every > 0 else float("inf")
         while proc.poll() is None and next_sample <= length:
-            groups |= set(children_of(run_dir).values())
+            groups |= set(run_children(run_dir).values())
             now = time.monotonic() - t0
             if now >= next_sample:  # before a kill due at the same time: it sees a whole run
                 samples.append(sample(now, proc.pid, groups, run_dir, done.strip()))
@@ -213,7 +203,7 @@ def soak(args: argparse.Namespace, tmp: Path) -> tuple[list[Sample], str, bool]:
             if now >= next_kill:
                 name = ORDER[turn % len(ORDER)]
                 with contextlib.suppress(KeyError, ProcessLookupError):  # restarting: skip it
-                    os.kill(children_of(run_dir)[name], signal.SIGKILL)
+                    os.kill(run_children(run_dir)[name], signal.SIGKILL)
                     done, kills = done + f" {name}@{now:.0f}", kills + 1
                 turn, next_kill = turn + 1, next_kill + args.kill_every
             time.sleep(0.2)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import re
 import time
-from pathlib import Path
+
+from sfbus.procfs import command_lines
 
 SHM_DIR = "/dev/shm"
 _SEGMENT = re.compile(r"ViZDoom(?:SM|MQCtr|MQDoom)([A-Za-z0-9]+)")
@@ -21,19 +22,9 @@ _MIN_AGE_S = 60.0
 
 def live_instance_ids() -> set[str]:
     """Instance ids of the VizDoom engine processes running now (from their command lines)."""
-    ids = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path("/proc", entry, "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"+viz_instance_id" in argv:
-            position = argv.index(b"+viz_instance_id") + 1
-            if position < len(argv):
-                ids.add(argv[position].decode(errors="replace"))
-    return ids
+    flag = "+viz_instance_id"
+    return {argv[argv.index(flag) + 1] for argv in command_lines().values()
+            if flag in argv[:-1]}
 
 
 def remove_orphaned_segments(min_age_s: float = _MIN_AGE_S) -> list[str]:

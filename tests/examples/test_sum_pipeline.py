@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from examples.sum_pipeline import expected_total
-from tests.kernel.runs import processes_of, segments_of, start_run, wait_for
+from sfbus.procfs import run_children
+from tests.kernel.runs import segments_of, start_run, wait_for
 
 pytestmark = pytest.mark.multiprocess
 
@@ -38,10 +39,10 @@ def test_killed_child_is_restarted_and_total_stays_exact(tmp_path: Path,
                     "run.heartbeat_interval_s=0.2")
     try:
         for victim in victims:
-            wait_for(lambda: len(processes_of(run_dir)) == 2, 30, "both processes to run")
+            wait_for(lambda: len(run_children(run_dir)) == 2, 30, "both processes to run")
             time.sleep(0.5)  # let items flow before the kill
-            os.kill(processes_of(run_dir)[victim], signal.SIGKILL)
-            wait_for(lambda v=victim: v in processes_of(run_dir), 30, f"{victim} to restart")
+            os.kill(run_children(run_dir)[victim], signal.SIGKILL)
+            wait_for(lambda v=victim: v in run_children(run_dir), 30, f"{victim} to restart")
         _out, err = run.communicate(timeout=120)
     finally:
         run.kill()

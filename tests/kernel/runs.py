@@ -18,23 +18,6 @@ def start_run(topology: str | Path, run_dir: Path, *args: str) -> subprocess.Pop
     )
 
 
-def processes_of(run_dir: Path) -> dict[str, int]:
-    """The run's child processes still alive: process name to pid (read from /proc)."""
-    found = {}
-    needle = str(run_dir.resolve())
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path("/proc", entry, "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        args = [a.decode(errors="replace") for a in argv]
-        if "sfbus.child" in args and needle in args:
-            found[args[args.index("sfbus.child") + 2]] = int(entry)
-    return found
-
-
 def wait_for(condition, timeout: float, what: str) -> None:
     """Poll ``condition`` until true; fail the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

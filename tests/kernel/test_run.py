@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.kernel.runs import processes_of, segments_of, start_run, wait_for
+from sfbus.procfs import run_children
+from tests.kernel.runs import segments_of, start_run, wait_for
 
 pytestmark = pytest.mark.multiprocess
 
@@ -32,7 +33,7 @@ def test_ctrl_c_leaves_no_process_segment_or_socket(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run = start_run(topology, run_dir)
     try:
-        wait_for(lambda: len(processes_of(run_dir)) == 2, 30, "both processes to run")
+        wait_for(lambda: len(run_children(run_dir)) == 2, 30, "both processes to run")
         wait_for(lambda: segments_of(run.pid) or True, 1, "segments")
         manifest = json.loads((run_dir / "run.json").read_text())
         sock_dir = Path(manifest["sock_dir"])
@@ -43,7 +44,7 @@ def test_ctrl_c_leaves_no_process_segment_or_socket(tmp_path: Path) -> None:
     finally:
         run.kill()
     assert run.returncode == 130, err[-3000:]
-    assert processes_of(run_dir) == {}
+    assert run_children(run_dir) == {}
     assert segments_of(run.pid) == []
     assert not sock_dir.exists()
 
@@ -54,12 +55,12 @@ def test_killed_launcher_takes_children_and_clean_removes_its_memory(tmp_path: P
     run_dir = tmp_path / "run"
     run = start_run(topology, run_dir, "--set", "run.heartbeat_interval_s=0.2")
     try:
-        wait_for(lambda: len(processes_of(run_dir)) == 2, 30, "both processes to run")
+        wait_for(lambda: len(run_children(run_dir)) == 2, 30, "both processes to run")
         wait_for(lambda: (run_dir / "run.json").exists(), 10, "the manifest")
     finally:
         run.kill()
         run.communicate()
-    wait_for(lambda: processes_of(run_dir) == {}, 10, "children to die with the launcher")
+    wait_for(lambda: run_children(run_dir) == {}, 10, "children to die with the launcher")
     cleaned = subprocess.run([sys.executable, "-m", "sfbus", "clean"], capture_output=True,
                              text=True, timeout=30)
     assert cleaned.returncode == 0

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from sfbus import Actor
-from tests.kernel.runs import processes_of, start_run, wait_for
+from sfbus.procfs import run_children
+from tests.kernel.runs import start_run, wait_for
 
 pytestmark = pytest.mark.multiprocess
 
@@ -111,4 +112,4 @@ def test_metrics_of_every_process_at_one_endpoint(tmp_path: Path) -> None:
     age = re.search(r'sfbus_supervisor_heartbeat_age_seconds\{process="receiver"\} (\S+)', text)
     # Beats come every second; a busy 2-core machine may delay one, but not by several.
     assert age is not None and 0.0 <= float(age.group(1)) < 5.0
-    assert processes_of(run_dir) == {}
+    assert run_children(run_dir) == {}

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.kernel.runs import processes_of, start_run, wait_for
+from sfbus.procfs import run_children
+from tests.kernel.runs import start_run, wait_for
 
 pytestmark = pytest.mark.multiprocess
 CARTPOLE = Path(__file__).parents[2] / "topologies" / "cartpole.yaml"
@@ -53,9 +54,9 @@ def version(run_dir: Path) -> int:
 
 def kill(run_dir: Path, process: str) -> None:
     """SIGKILL ``process`` and wait until the supervisor started a new one."""
-    old = processes_of(run_dir)[process]
+    old = run_children(run_dir)[process]
     os.kill(old, signal.SIGKILL)
-    wait_for(lambda: processes_of(run_dir).get(process, old) != old, 30, f"{process} to restart")
+    wait_for(lambda: run_children(run_dir).get(process, old) != old, 30, f"{process} to restart")
 
 
 def test_training_goes_on_through_kills_and_slots_add_up(tmp_path: Path) -> None:
@@ -72,7 +73,7 @@ def test_training_goes_on_through_kills_and_slots_add_up(tmp_path: Path) -> None
             wait_for(lambda v=before_version: version(run_dir) > v, 40,
                      f"training to go on after killing {process}")
         # Quiesce (see the module docstring), then stop and read the audits.
-        stopped = processes_of(run_dir)["inference"]
+        stopped = run_children(run_dir)["inference"]
         os.kill(stopped, signal.SIGSTOP)
         time.sleep(3)
         run.send_signal(signal.SIGINT)
@@ -117,10 +118,10 @@ def test_restart_limit_fails_the_run_naming_the_process(tmp_path: Path) -> None:
     run = start_run(CARTPOLE, run_dir, *SMALL, "--set", "run.max_restarts=1",
                     "--max-seconds", "120")
     try:
-        wait_for(lambda: "inference" in processes_of(run_dir) and frames(run_dir) > 0, 60,
+        wait_for(lambda: "inference" in run_children(run_dir) and frames(run_dir) > 0, 60,
                  "the run to start")
         kill(run_dir, "inference")
-        os.kill(processes_of(run_dir)["inference"], signal.SIGKILL)
+        os.kill(run_children(run_dir)["inference"], signal.SIGKILL)
         _out, err = run.communicate(timeout=60)
     finally:
         run.kill()

@@ -26,11 +26,12 @@ from components.evaluator import Evaluator
 from components.models import ModelConfig
 from components.policy import build_policy, published_size
 from sfbus import Actor, ArraySpec
+from sfbus.procfs import run_children
 from sfbus.topology import Topology, load_topology
 from sfbus.topology.model import ActorSpec, ProcessSpec
 from tests.components.test_tensorboard import scalars
 from tests.kernel.conftest import hosted
-from tests.kernel.runs import processes_of, start_run, wait_for
+from tests.kernel.runs import start_run, wait_for
 
 TOPOLOGIES = Path(__file__).parents[2] / "topologies"
 EPISODE = 5  # steps of an EchoEnv episode
@@ -202,7 +203,7 @@ def _evaluate_run(topology: Path, run_dir: Path, policies: list[int],
         run.kill()
     assert run.returncode == 130, err[-3000:]  # stopped by us, not by a failure
     assert " raised " not in err, err[-3000:]
-    assert processes_of(run_dir) == {}
+    assert run_children(run_dir) == {}
     rounds = _rounds(run_dir)
     if rounds and max(rounds) not in _complete(rounds, policies):
         del rounds[max(rounds)]  # the stop cut the last round short

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.kernel.runs import processes_of, segments_of, start_run, wait_for
+from sfbus.procfs import command_lines, run_children
+from tests.kernel.runs import segments_of, start_run, wait_for
 
 pytestmark = pytest.mark.multiprocess
 DOOM_BASIC = Path(__file__).parents[2] / "topologies" / "doom_basic.yaml"
@@ -16,15 +17,7 @@ DOOM_BASIC = Path(__file__).parents[2] / "topologies" / "doom_basic.yaml"
 
 def vizdoom_engines() -> set[int]:
     """Pids of running VizDoom engine processes."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        try:
-            cmdline = Path("/proc", entry, "cmdline").read_bytes() if entry.isdigit() else b""
-        except OSError:
-            continue
-        if b"vizdoom/vizdoom" in cmdline:
-            found.add(int(entry))
-    return found
+    return {pid for pid, argv in command_lines().items() if argv and "vizdoom/vizdoom" in argv[0]}
 
 
 def test_killed_worker_and_ctrl_c_leave_no_engine(tmp_path: Path) -> None:
@@ -33,8 +26,8 @@ def test_killed_worker_and_ctrl_c_leave_no_engine(tmp_path: Path) -> None:
     run = start_run(DOOM_BASIC, run_dir, "--set", "num_envs=2", "--set", "batch_size=128")
     try:
         wait_for(lambda: len(vizdoom_engines() - before) >= 4, 60, "engines of both workers")
-        os.kill(processes_of(run_dir)["rollout.0"], signal.SIGKILL)
-        wait_for(lambda: "rollout.0" in processes_of(run_dir), 30, "the worker to restart")
+        os.kill(run_children(run_dir)["rollout.0"], signal.SIGKILL)
+        wait_for(lambda: "rollout.0" in run_children(run_dir), 30, "the worker to restart")
         wait_for(lambda: len(vizdoom_engines() - before) >= 4, 60, "the new worker's engines")
         run.send_signal(signal.SIGINT)
         _out, err = run.communicate(timeout=60)
@@ -42,5 +35,5 @@ def test_killed_worker_and_ctrl_c_leave_no_engine(tmp_path: Path) -> None:
         run.kill()
     assert run.returncode == 130, err[-3000:]
     wait_for(lambda: not (vizdoom_engines() - before), 10, "every engine to exit")
-    assert processes_of(run_dir) == {}
+    assert run_children(run_dir) == {}
     assert segments_of(run.pid) == []
