@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 
 from sfbus import Actor
 from sfbus.procfs import run_children
-from tests.kernel.runs import start_run, wait_for
+from tests.kernel.runs import free_port, start_run, wait_for
 
 pytestmark = pytest.mark.multiprocess
 
@@ -68,12 +67,6 @@ def test_restart_limit_fails_the_run_naming_the_process(tmp_path: Path) -> None:
             in err)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_metrics_of_every_process_at_one_endpoint(tmp_path: Path) -> None:
     topology = tmp_path / "endless.yaml"
     topology.write_text(
@@ -83,7 +76,7 @@ def test_metrics_of_every_process_at_one_endpoint(tmp_path: Path) -> None:
         "  receiver: {actors: {receiver: {class: tests.kernel.test_flood:FloodReceiver}}}\n"
         "connections:\n  - {from: sender.sent, to: receiver.on_sent}\n")
     run_dir = tmp_path / "run"
-    port = _free_port()
+    port = free_port()
     run = start_run(topology, run_dir, "--metrics-port", str(port))
 
     def scrape() -> str:

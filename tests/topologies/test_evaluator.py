@@ -7,7 +7,6 @@ import json
 import math
 import re
 import signal
-import socket
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from sfbus.topology import Topology, load_topology
 from sfbus.topology.model import ActorSpec, ProcessSpec
 from tests.components.test_tensorboard import scalars
 from tests.kernel.conftest import hosted
-from tests.kernel.runs import start_run, wait_for
+from tests.kernel.runs import free_port, start_run, wait_for
 
 TOPOLOGIES = Path(__file__).parents[2] / "topologies"
 EPISODE = 5  # steps of an EchoEnv episode
@@ -160,12 +159,6 @@ def test_evaluator_params_refuse_unknown_policies() -> None:
 # ----- through real runs ------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _records(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / "evaluation.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -186,7 +179,7 @@ def _complete(rounds: dict[int, list[dict[str, Any]]], policies: list[int]) -> l
 def _evaluate_run(topology: Path, run_dir: Path, policies: list[int],
                   *overrides: str) -> tuple[dict[int, list[dict[str, Any]]], str]:
     """Run until 3 evaluation rounds scored ``policies``; their records and the metrics page."""
-    port = _free_port()
+    port = free_port()
     run = start_run(topology, run_dir, "--metrics-port", str(port),
                     "--set", f"{EVALUATOR}.interval_s={INTERVAL}",
                     "--set", f"{EVALUATOR}.episodes=2",

@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+
+from tests.kernel.runs import free_port
 
 ROOT = Path(__file__).parents[2]
 DASHBOARD = ROOT / "docs" / "grafana-dashboard.json"
@@ -51,12 +52,6 @@ def _binary(name: str) -> str:
             pytest.fail(message + " — required under CI")
         pytest.skip(message)
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _get(url: str, timeout: float = 5.0) -> bytes:
@@ -126,7 +121,7 @@ def tools() -> dict[str, str]:
 def running_topology(tools: dict[str, str], tmp_path: Path
                      ) -> Iterator[tuple[int, Callable[[], str]]]:
     """A small CartPole run serving metrics; yields its metrics port and a log reader."""
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path / "sfbus.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -147,7 +142,7 @@ def prometheus(tools: dict[str, str], tmp_path: Path,
                ) -> Iterator[tuple[PromAPI, Callable[[], str]]]:
     """A headless Prometheus scraping the run every second; yields its API and a log reader."""
     target, run_logs = running_topology
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
