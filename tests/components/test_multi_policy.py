@@ -20,7 +20,7 @@ from components.policy_mapping import trajectory_owners
 from components.rollout import RolloutParams
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
-from tests.components.test_rollout import wait_until
+from tests.components.test_rollout import SAMPLER_WIRES, wait_until
 from tests.kernel.conftest import TRANSPORTS, hosted
 
 T = 16
@@ -82,11 +82,7 @@ def topology(env: str = "gym:CartPole-v1", **overrides: Any) -> Topology:
                                           None),
                                 ActorSpec("pbt", f"{here}:FakePbt", None))),
     )
-    wires = [("rollout", "inference_requested", "inference", "on_inference_requested", "any"),
-             ("inference", "actions_ready", "rollout", "on_actions_ready", "any"),
-             ("rollout", "trajectory_ready", "collector", "on_trajectory_ready", "broadcast"),
-             ("rollout", "episode_finished", "collector", "on_episode_finished", "broadcast"),
-             ("collector", "slots_released", "rollout", "on_slots_released", "any"),
+    wires = [*SAMPLER_WIRES,
              ("pbt", "hyperparams_changed", "rollout", "on_hyperparams_changed", "broadcast")]
     return Topology("multi-policy-test", "<test>", processes,
                     tuple(ConnectionSpec(*w) for w in wires))  # type: ignore[arg-type]

@@ -135,6 +135,16 @@ class HoldingCollector(StandInCollector):
     RELEASE = False
 
 
+# Rollout worker <-> inference <-> collector: the wiring of every sampler test topology.
+SAMPLER_WIRES = (
+    ("rollout", "inference_requested", "inference", "on_inference_requested", "any"),
+    ("inference", "actions_ready", "rollout", "on_actions_ready", "any"),
+    ("rollout", "trajectory_ready", "collector", "on_trajectory_ready", "broadcast"),
+    ("rollout", "episode_finished", "collector", "on_episode_finished", "broadcast"),
+    ("collector", "slots_released", "rollout", "on_slots_released", "any"),
+)
+
+
 def topology(inference: str = "StandInInference", collector: str = "StandInCollector",
              **overrides: Any) -> Topology:
     """Rollout worker, stand-in inference and collector, one process each."""
@@ -150,13 +160,8 @@ def topology(inference: str = "StandInInference", collector: str = "StandInColle
         ProcessSpec("infer", (ActorSpec("inference", f"{here}:{inference}", data),)),
         ProcessSpec("collect", (ActorSpec("collector", f"{here}:{collector}", None),)),
     )
-    wires = [("rollout", "inference_requested", "inference", "on_inference_requested", "any"),
-             ("inference", "actions_ready", "rollout", "on_actions_ready", "any"),
-             ("rollout", "trajectory_ready", "collector", "on_trajectory_ready", "broadcast"),
-             ("rollout", "episode_finished", "collector", "on_episode_finished", "broadcast"),
-             ("collector", "slots_released", "rollout", "on_slots_released", "any")]
     return Topology("rollout-test", "<test>", processes,
-                    tuple(ConnectionSpec(*w) for w in wires))  # type: ignore[arg-type]
+                    tuple(ConnectionSpec(*w) for w in SAMPLER_WIRES))  # type: ignore[arg-type]
 
 
 async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
