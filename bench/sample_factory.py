@@ -122,7 +122,7 @@ def _measure(mode: str, seconds: float, warmup: float, env: str, workers: int,
             proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         try:
-            progress = tt._Progress(tmp / "progress.jsonl", proc, log, timeout=limit)
+            progress = tt.ProgressTail(tmp / "progress.jsonl", proc, log, timeout=limit)
             first = progress.until(lambda r: r[1] > 0)
             startup = time.monotonic() - started
             window = tt.measure(_roots(proc.pid, tmp / "processes.json"), lambda: first,

@@ -214,7 +214,7 @@ def measure(roots: dict[int, str], frames_now: Callable[[], tuple[float, int]],
                   (busy1 - busy0) / _TICKS / (wall1 - wall0))
 
 
-class _Progress:
+class ProgressTail:
     """Tails a run's ``progress.jsonl``; fails fast when the run exits before the window ends."""
 
     def __init__(self, path: Path, proc: subprocess.Popen[bytes], log: Path,
@@ -226,10 +226,10 @@ class _Progress:
 
     def _poll(self) -> bool:
         if self.proc.poll() is not None:
-            raise SystemExit(f"sfbus run exited ({self.proc.returncode}) before the window "
+            raise SystemExit(f"the run exited ({self.proc.returncode}) before the window "
                              f"ended:\n{self.log.read_text()[-3000:]}")
         if time.monotonic() > self.deadline:
-            raise SystemExit(f"sfbus run: no progress in time\n{self.log.read_text()[-3000:]}")
+            raise SystemExit(f"the run made no progress in time\n{self.log.read_text()[-3000:]}")
         if not self.path.exists():
             return False
         with self.path.open("rb") as f:
@@ -263,7 +263,7 @@ def run_sfbus(args: list[str], warmup: float, seconds: float, tmp: Path,
             [sys.executable, "-m", "sfbus", "run", *args, "--run-dir", str(tmp / "run"),
              "--max-seconds", str(limit)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:
-        progress = _Progress(tmp / "run" / "progress.jsonl", proc, log, timeout=limit)
+        progress = ProgressTail(tmp / "run" / "progress.jsonl", proc, log, timeout=limit)
         first = progress.until(lambda r: r[1] > 0)
         startup = time.monotonic() - started
         window = measure({proc.pid: "supervisor"}, lambda: first,
