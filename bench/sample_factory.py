@@ -135,9 +135,7 @@ def _measure(mode: str, seconds: float, warmup: float, env: str, workers: int,
 
 
 def _roots(main: int, names: Path) -> dict[int, str]:
-    """Sample Factory's processes by group name, the main process last: ``snapshot`` walks the
-    roots from the end, so the main process's subtree is named first and the named workers
-    then overwrite their entries with their own names."""
+    """Sample Factory's processes by group name, its main process ``runner``."""
     workers = {int(pid): _group(name) for pid, name in json.loads(names.read_text()).items()}
     return {**workers, main: "runner"}
 

@@ -122,8 +122,9 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def snapshot(roots: dict[int, str]) -> dict[int, ProcStat]:
-    """Every process under ``roots`` (pid -> name): an ``sfbus.child`` is named by its process,
-    an engine by its parent's name and its command (``rollout.0 vizdoom``)."""
+    """Every process under ``roots`` (pid -> name): a root keeps its name wherever it lies, an
+    ``sfbus.child`` is named by its process, anything else by its parent's name and its command
+    (``rollout.0 vizdoom``)."""
     stats: dict[int, tuple[int, str, int, int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -143,7 +144,9 @@ def snapshot(roots: dict[int, str]) -> dict[int, ProcStat]:
                 argv = _cmdline(child)
             except OSError:
                 continue
-            if "sfbus.child" in argv:
+            if child in roots:
+                todo.append((child, roots[child]))
+            elif "sfbus.child" in argv:
                 todo.append((child, argv[-1]))
             else:
                 todo.append((child, f"{name} {stats[child][1]}"))
