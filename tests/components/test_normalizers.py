@@ -80,3 +80,24 @@ def test_clip_is_configurable(clip):
     rms = RunningMeanStd((), clip=clip)
     rms.update(torch.tensor([0.0, 1.0]))
     assert rms.normalize(torch.tensor([1e6])).item() == pytest.approx(clip)
+
+
+def test_image_normalization_follows_statistics_copied_in_place():
+    # inference workers copy new statistics into the buffers (read_into): the cached per-pixel
+    # scale and offset must not outlive them
+    norm = ObsNormalizer({"obs": ((2, 3), "uint8")}).eval()
+    stats = norm.stats["obs"]
+    frame = torch.randint(0, 256, (4, 2, 3), dtype=torch.uint8)
+
+    def expected() -> torch.Tensor:
+        std = torch.sqrt(stats.var + ObsNormalizer.IMAGE_EPS)
+        return ((frame.double() / 255 - stats.mean) / std).clamp(-5, 5).float()
+
+    first = norm({"obs": frame})["obs"]
+    torch.testing.assert_close(first, expected())
+    with torch.no_grad():
+        stats.mean.copy_(torch.rand(2, 3, dtype=torch.float64))
+        stats.var.copy_(torch.rand(2, 3, dtype=torch.float64) * 0.1)
+    second = norm({"obs": frame})["obs"]
+    torch.testing.assert_close(second, expected())
+    assert not torch.equal(first, second)
