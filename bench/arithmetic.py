@@ -1,11 +1,12 @@
-"""Where the model's time goes: a learner step and an inference pass, float32 vs bfloat16.
+"""Where the model's time goes: a learner step and an inference step, float32 vs bfloat16.
 
 ``python -m bench.arithmetic [--write-docs]`` times, in this process with one torch thread (as
 the learner and the inference worker run), the phases of one APPO step on a doom_basic-sized
 batch (32 trajectories x 32 steps of 3x72x128 frames, the default conv + GRU 512 model):
 normalizing the observations, forward pass and loss, backward pass, clipping and Adam; and one
-inference forward pass at 8, 16 and 32 rows. Each configuration is timed alternately, so
-machine noise hits them alike, and reported as the median of ``--repeats`` runs.
+inference step (normalization included) at 8, 16 and 32 rows, eager and on packed weights.
+Each configuration is timed alternately, so machine noise hits them alike, and reported as the
+median of ``--repeats`` runs.
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ from bench import throughput
 from bench.report import write_section
 from components.algo import AppoConfig, ObsNormalizer, ReturnsNormalizer, appo_loss
 from components.models import ActorCritic, ModelConfig
+from components.models.packed import PackedStep
 
 SECTION = "## Where the time goes: the model's arithmetic"
 IMAGE = (3, 72, 128)
 PRECISIONS = ("float32", "bfloat16")
+PACKED = "bfloat16, packed"
+INFERENCE = (*PRECISIONS, PACKED)
 PHASES = ("normalize", "forward + loss", "backward", "clip + Adam")
 
 
@@ -70,17 +74,26 @@ class LearnerStep:
         return [b - a for a, b in itertools.pairwise(marks)]
 
 
-def inference_pass(precision: str, rows: int) -> Callable[[], None]:
-    """One inference forward pass of ``rows`` rows, as the inference worker runs it."""
-    model = make_model(precision).eval().requires_grad_(False)
-    model.encoder.keep_weights_in_compute_dtype(torch.device("cpu"))
-    obs = {"obs": torch.rand(rows, *IMAGE)}
+def inference_pass(kind: str, rows: int) -> Callable[[], None]:
+    """One inference step of ``rows`` rows as the inference worker runs it: uint8 frames
+    normalized, then the model (eager, or on packed weights for ``kind`` = PACKED)."""
+    model = make_model("float32" if kind == "float32" else "bfloat16").eval().requires_grad_(False)
+    normalizer = ObsNormalizer({"obs": (IMAGE, "uint8")}).eval()
+    obs = {"obs": torch.randint(0, 256, (rows, *IMAGE), dtype=torch.uint8)}
     state = torch.zeros(rows, model.state_size)
+    if kind == PACKED:
+        packed = PackedStep(model, IMAGE)
 
-    def run() -> None:
+        def run() -> None:
+            with torch.inference_mode():
+                packed(normalizer(obs)["obs"], state)
+        return run
+    model.encoder.keep_weights_in_compute_dtype(torch.device("cpu"))
+
+    def run_eager() -> None:
         with torch.inference_mode():
-            model.forward_step(obs, state)
-    return run
+            model.forward_step(normalizer(obs), state)
+    return run_eager
 
 
 def median_times(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, object]:
@@ -124,14 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     rows.append("| **whole step** | " + " | ".join(
         f"**{totals[p] * 1e3:.0f} ms** ({samples / totals[p]:,.0f} samples/s)"
         for p in PRECISIONS) + " |")
-    passes = {f"{p}/{n}": inference_pass(p, n) for n in (8, 16, 32) for p in PRECISIONS}
+    passes = {f"{k}/{n}": inference_pass(k, n) for n in (8, 16, 32) for k in INFERENCE}
     times = median_times(passes, args.repeats * 5)
-    rows += ["", "| inference pass | " + " | ".join(PRECISIONS) + " |",
-             "| --- |" + " ---: |" * len(PRECISIONS)]
+    rows += ["", "| inference step | " + " | ".join(INFERENCE) + " |",
+             "| --- |" + " ---: |" * len(INFERENCE)]
     for n in (8, 16, 32):
         rows.append(f"| {n} rows | " + " | ".join(
-            f"{times[f'{p}/{n}'] * 1e3:.2f} ms ({n / times[f'{p}/{n}']:,.0f} rows/s)"  # type: ignore
-            for p in PRECISIONS) + " |")
+            f"{times[f'{k}/{n}'] * 1e3:.2f} ms ({n / times[f'{k}/{n}']:,.0f} rows/s)"  # type: ignore
+            for k in INFERENCE) + " |")
     text = "\n".join(rows)
     print(text)
     if args.write_docs:
@@ -140,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
                  f"{args.repeats} interleaved runs (inference: {args.repeats * 5}). `bfloat16` "
                  "is `model.precision: bfloat16` (the default `auto` on this CPU): the encoder "
                  "under autocast with channels-last convolutions, the GRU and the heads in "
-                 "float32; the inference worker keeps the encoder's weights in bfloat16.")
+                 "float32. An inference step includes normalizing the uint8 frames; "
+                 f"`{PACKED}` is what the inference worker runs on this CPU "
+                 "(`components/models/packed.py`: oneDNN-packed bfloat16 weights, the GRU's "
+                 "matmuls in bfloat16 with float32 gates and state), `bfloat16` the eager "
+                 "model with the encoder's weights kept in bfloat16.")
         write_section(SECTION, f"Command: `{command.strip()}`\n\nMachine: {throughput.machine()}"
                                f"\n\n{about}\n\n{text}\n")
     return 0

@@ -85,8 +85,7 @@ class BlockServer:
         if not self.state_size:
             rnn = rnn[:, :0]
         with torch.inference_mode():
-            out = policy.model.forward_step(policy.obs_normalizer(obs), rnn,
-                                            deterministic=deterministic)
+            out = policy.step(obs, rnn, deterministic=deterministic)
             actions = fields["actions"]
             actions[at] = out.actions.reshape(request.count, *self.action_shape).to(
                 actions.dtype)

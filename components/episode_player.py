@@ -89,9 +89,8 @@ class EpisodePlayer:
                     self.before_step()
                 for policy, agents in self.groups:
                     obs = {k: v.index_select(0, agents) for k, v in self.obs_t.items()}
-                    out = policy.model.forward_step(policy.obs_normalizer(obs),
-                                                    self.rnn.index_select(0, agents),
-                                                    deterministic=self.deterministic)
+                    out = policy.step(obs, self.rnn.index_select(0, agents),
+                                      deterministic=self.deterministic)
                     self.actions[agents.numpy()] = out.actions.reshape(shape).numpy()
                     self.rnn.index_copy_(0, agents, out.rnn_state)
                 rewards, terminated, truncated, infos = self.env.step_into(self.actions, self.obs)

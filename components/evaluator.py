@@ -167,7 +167,7 @@ class Evaluator(Actor):
         self.evaluated = list(p.policies or range(p.num_policies))
         ids = sorted({*self.evaluated, *([p.opponent] if p.opponent >= 0 else [])})
         self.weights = {i: self._attach(i) for i in ids}
-        self.models = {i: build_policy(p).eval().requires_grad_(False) for i in ids}
+        self.models = {i: build_policy(p).prepare_for_inference() for i in ids}
         for i in ids:
             if self.weights[i].weights.numel() != flat_size(self.models[i].published_tensors()):
                 raise ValueError(f"policy.{i}.weights does not fit this model: the learner and "
@@ -252,10 +252,12 @@ class Evaluator(Actor):
         frames = 0 if self.totals is None else int(self.totals[0])
         model = self.models[policy]
         version = self.weights[policy].read_into(model.published_tensors())
+        model.weights_changed()
         if p.opponent >= 0:
             opponent = self.models[p.opponent]  # the same object when it is ``policy``
             if p.opponent != policy:
                 self.weights[p.opponent].read_into(opponent.published_tensors())
+                opponent.weights_changed()
             players, counted = [model] + [opponent] * (player.spec.num_agents - 1), [0]
         else:
             players, counted = [model] * player.spec.num_agents, range(player.spec.num_agents)

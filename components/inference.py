@@ -108,6 +108,10 @@ class InferenceWorker(Actor):
         sampler costs on its own (the paper's "pure sampling" throughput)."""
         deterministic: bool = False
         """Act with the most likely action instead of sampling (evaluation runs)."""
+        packed_weights: bool = True
+        """Run the model on oneDNN-packed bfloat16 weights where it allows it (the conv
+        encoder with a GRU or no core, on a CPU with bf16 units; see
+        :mod:`components.models.packed`); off: the eager model."""
         torch_threads: int = 1
         """Intra-op threads of the forward pass. 1 on small machines: a batch is a few dozen rows,
         too little to split well, and extra threads spin on cores the rollout workers need."""
@@ -165,9 +169,8 @@ class InferenceWorker(Actor):
         served = _Served(policy)
         if self.params.random_actions:
             return served
-        served.model = build_policy(self.params).eval()
-        served.model.requires_grad_(False)
-        served.model.model.encoder.keep_weights_in_compute_dtype(torch.device("cpu"))
+        served.model = build_policy(self.params).prepare_for_inference(
+            self.params.packed_weights)
         served.tensors = served.model.published_tensors()
         if f"policy.{policy}.weights" not in self.context.array_specs:
             # No learner publishes this policy (a sampler benchmark): keep the initial weights.
@@ -208,6 +211,8 @@ class InferenceWorker(Actor):
         assert served.weights is not None
         # A seqlock read: ~11 MB for the paper's model, well under a millisecond.
         served.version = served.weights.read_into(served.tensors)
+        if served.model is not None:
+            served.model.weights_changed()
         self.m_refreshes.inc()
         self.m_version.set(served.version)
 
@@ -271,8 +276,7 @@ class InferenceWorker(Actor):
                 torch.index_select(rows.rnn, 0, index, out=rnn[start:end])
             start = end
         with torch.inference_mode():
-            out = served.model.model.forward_step(served.model.obs_normalizer(obs), rnn,
-                                                  deterministic=self.params.deterministic)
+            out = served.model.step(obs, rnn, deterministic=self.params.deterministic)
             actions = out.actions.reshape(total, *self.spec.action_shape)
             start = 0
             for r, index in zip(requests, indices, strict=True):

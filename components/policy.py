@@ -10,7 +10,8 @@ from torch import nn
 from components.algo import ObsNormalizer
 from components.config import DataPathParams
 from components.envs import EnvSpec, env_spec
-from components.models import ActorCritic
+from components.models import ActorCritic, StepOutput
+from components.models.packed import PackedStep, packable
 
 
 class Policy(nn.Module):
@@ -27,6 +28,34 @@ class Policy(nn.Module):
             action_dim=None if spec.action_box is None else math.prod(spec.action_box.shape),
             cfg=params.model,
         )
+        self.obs_shape = tuple(spec.observation_space["obs"].shape)
+        self.packed: PackedStep | None = None
+        """Set by :meth:`prepare_for_inference` where the model can run on packed weights."""
+
+    def prepare_for_inference(self, packed: bool = True) -> Policy:
+        """Eval mode, no gradients, and the fastest step this CPU offers: oneDNN-packed
+        bfloat16 weights where the model allows it and ``packed`` is on
+        (:mod:`components.models.packed`), else the encoder's weights kept in its compute
+        dtype. Call :meth:`weights_changed` after copying new weights in."""
+        self.eval().requires_grad_(False)
+        if packed and packable(self.model):
+            self.packed = PackedStep(self.model, self.obs_shape)
+        else:
+            self.model.encoder.keep_weights_in_compute_dtype(torch.device("cpu"))
+        return self
+
+    def weights_changed(self) -> None:
+        """New weights were copied into the parameters: pack them again if packed."""
+        if self.packed is not None:
+            self.packed.pack()
+
+    def step(self, obs: dict[str, torch.Tensor], rnn_state: torch.Tensor,
+             deterministic: bool = False) -> StepOutput:
+        """One inference step on raw observations: normalize, then the model's forward step."""
+        normalized = self.obs_normalizer(obs)
+        if self.packed is not None:
+            return self.packed(normalized["obs"], rnn_state, deterministic)
+        return self.model.forward_step(normalized, rnn_state, deterministic=deterministic)
 
     def published_tensors(self) -> list[torch.Tensor]:
         """Every tensor inference needs, in a fixed order (parameters, then buffers)."""

@@ -163,12 +163,12 @@ def read_checkpoint(run_dir: Path, params: Any, checkpoint: str | None) -> tuple
 
 
 def build_from_checkpoint(spec: Any, params: Any, state: dict) -> Any:
-    """The policy for env ``spec`` with the checkpoint's weights, in eval mode, no gradients."""
+    """The policy for env ``spec`` with the checkpoint's weights, ready for inference."""
     from components.policy import Policy
 
     policy = Policy(spec, params)  # from the env at hand: no second env just to read its spec
     policy.load_state_dict(state["policy"])
-    return policy.eval().requires_grad_(False)
+    return policy.prepare_for_inference()
 
 
 def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bool = False,

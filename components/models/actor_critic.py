@@ -100,6 +100,10 @@ class ActorCritic(nn.Module):
         episode start (this never resets it)."""
         features = self.encoder(obs)
         core_out, new_state = self.core.step(features, rnn_state)
+        return self.act(core_out, new_state, deterministic)
+
+    def act(self, core_out: Tensor, new_state: Tensor, deterministic: bool = False) -> StepOutput:
+        """The heads of one inference step: an action per row of `core_out [B, out]`."""
         dist = self.distribution(core_out)
         actions = dist.mode() if deterministic else dist.sample()
         return StepOutput(

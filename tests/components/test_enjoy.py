@@ -187,13 +187,13 @@ class CountingEnv(MultiAgentEnv):
         """Nothing to release."""
 
 
-class CountingModel:
+class CountingPolicy:
     """Its RNN state counts the steps it has seen; records the state it was given."""
 
     def __init__(self) -> None:
         self.seen: list[torch.Tensor] = []
 
-    def forward_step(self, obs, rnn, deterministic=False):
+    def step(self, obs, rnn, deterministic=False):
         """Action 0; state + 1."""
         self.seen.append(rnn[:, 0].clone())
         rows = rnn.shape[0]
@@ -202,18 +202,16 @@ class CountingModel:
 
 
 def test_rnn_state_is_zeroed_after_each_agents_episode():
-    model = CountingModel()
-    policy = SimpleNamespace(model=model, obs_normalizer=lambda obs: obs)
+    policy = CountingPolicy()
     played = play(policy, SimpleNamespace(state_size=2), CountingEnv((2, 3)), 4)
     assert played == [(2.0, 2, False), (3.0, 3, False), (2.0, 2, False), (2.0, 2, False)]
     # agent 0 restarts every 2 steps, agent 1 every 3: the state entering each step counts the
     # steps of the running episode so far
-    assert [s.tolist() for s in model.seen] == [[0, 0], [1, 1], [0, 2], [1, 0], [0, 1], [1, 2]]
+    assert [s.tolist() for s in policy.seen] == [[0, 0], [1, 1], [0, 2], [1, 0], [0, 1], [1, 2]]
 
 
 def test_max_steps_cuts_and_restarts_the_episode():
-    model = CountingModel()
-    policy = SimpleNamespace(model=model, obs_normalizer=lambda obs: obs)
+    policy = CountingPolicy()
     played = play(policy, SimpleNamespace(state_size=1), CountingEnv((5,)), 2, max_steps=3)
     assert played == [(3.0, 3, True), (3.0, 3, True)]
-    assert [s.item() for s in model.seen] == [0, 1, 2, 0, 1, 2]
+    assert [s.item() for s in policy.seen] == [0, 1, 2, 0, 1, 2]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,6 +23,7 @@ from components.config import DataPathParams
 from components.inference import InferenceWorker
 from components.messages import ActionsReady, InferenceRequest, WeightsUpdated
 from components.models import ModelConfig
+from components.models.precision import cpu_has_fast_bf16
 from components.policy import Policy, build_policy, published_size
 from sfbus import Actor, ArraySpec, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
@@ -128,8 +130,10 @@ def trained_policy(seed: int, params: DataPathParams = PARAMS) -> Policy:
     """A policy with its own weights and non-trivial observation statistics."""
     torch.manual_seed(seed)
     policy = build_policy(params)
-    (size,) = policy.obs_normalizer.stats["obs"].shape
-    policy.obs_normalizer({"obs": torch.randn(64, size) * 2 + 1})  # train mode: updates stats
+    shape = policy.obs_normalizer.stats["obs"].shape
+    seen = torch.randn(64, *shape) * 2 + 1 if len(shape) == 1 \
+        else torch.randint(0, 256, (64, *shape), dtype=torch.uint8)
+    policy.obs_normalizer({"obs": seen})  # train mode: updates stats
     for param in policy.model.actor.parameters():
         param.data.normal_()  # far from uniform, so different weights give different actions
     return policy.eval()
@@ -146,8 +150,10 @@ ROWS = [(3, 0), (7, 2), (0, 3)]
 
 
 def check_rows(rollout: FakeRollout, rows: list[tuple[int, int]], policy: Policy,
-               version: int, deterministic: bool = False) -> None:
-    """Outputs sit in exactly ``rows`` and match ``policy`` recomputed on the same inputs."""
+               version: int, deterministic: bool = False, tolerance: float | None = None) -> None:
+    """Outputs sit in exactly ``rows`` and match ``policy`` recomputed on the same inputs (to
+    ``tolerance``, or float32's default, absolute and relative)."""
+    close = functools.partial(torch.testing.assert_close, atol=tolerance, rtol=tolerance)
     t = {k: torch.from_numpy(v.copy()) for k, v in rollout.buffer.numpy.items()}
     slots, ts = torch.tensor(rows).T
     model = policy.model
@@ -158,12 +164,12 @@ def check_rows(rollout: FakeRollout, rows: list[tuple[int, int]], policy: Policy
         value = model.critic(core_out).squeeze(-1)
     actions = t["actions"][slots, ts]
     if model.action_heads is not None:
-        assert ((actions >= 0) & (actions < 2)).all()
+        assert ((actions >= 0) & (actions < model.action_heads[0])).all()
     if deterministic:
         assert torch.equal(actions, dist.mode())
-    torch.testing.assert_close(t["log_probs"][slots, ts], dist.log_prob(actions))
-    torch.testing.assert_close(t["values"][slots, ts], value)
-    torch.testing.assert_close(t["rnn"][slots, ts + 1], state)
+    close(t["log_probs"][slots, ts], dist.log_prob(actions))
+    close(t["values"][slots, ts], value)
+    close(t["rnn"][slots, ts + 1], state)
     assert (t["versions"][slots, ts] == version).all()
     # Every other row keeps its sentinel.
     written = torch.zeros(t["versions"].shape, dtype=torch.bool)
@@ -207,6 +213,23 @@ async def test_new_weights_are_used_from_the_next_batch() -> None:
         learner.publish(trained_policy(3), 3, announce=True)
         await asyncio.sleep(0)
         assert inference.version == 3
+
+
+DOOM = dataclasses.replace(PARAMS, env="doom_basic", model=ModelConfig(hidden=32, core_size=16))
+
+
+@pytest.mark.skipif(not cpu_has_fast_bf16(), reason="packed weights need a CPU with bf16 units")
+async def test_packed_weights_are_packed_again_at_each_refresh() -> None:
+    async with run(DOOM, deterministic=True) as actors:
+        rollout, learner, inference = actors["rollout.0"], actors["learner"], actors["inference"]
+        assert inference.served[0].model.packed is not None  # the default conv model is packed
+        for version in (1, 2):
+            learner.publish(trained_policy(version, DOOM), version, announce=False)
+            rollout.request(0, ROWS, seed=5)
+            await rollout.wait(version)
+            # bfloat16 rounding apart, the outputs of the weights just published
+            check_rows(rollout, ROWS, as_served(actors, DOOM), version, deterministic=True,
+                       tolerance=0.05)
 
 
 async def test_requests_of_one_loop_iteration_share_a_forward_pass() -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch.distributions import Categorical, Normal
 
 from components.models import ActionDistribution, ActorCritic, ModelConfig
+from components.models.precision import cpu_has_fast_bf16
 
 IMAGE = ((3, 72, 128), "uint8")
 HEADS = (3, 3, 2, 2, 2, 8, 21)  # Table A.4
@@ -209,7 +212,6 @@ def test_bfloat16_encoder_matches_float32_and_keeps_float32_outputs_and_grads() 
 
 
 def test_auto_precision_uses_bfloat16_only_for_images_on_fast_hardware() -> None:
-    from components.models.precision import cpu_has_fast_bf16
 
     image = ActorCritic({"obs": IMAGE}, (3,), None, ModelConfig(hidden=8, core_size=4))
     vector = ActorCritic({"obs": ((6,), "float32")}, (3,), None, ModelConfig(core_size=4))
@@ -240,3 +242,62 @@ def test_inference_weights_kept_in_bfloat16_give_the_same_actions_as_casting_the
     # autocast casts each float32 weight to bfloat16 on use: the same numbers as stored ones
     torch.testing.assert_close(a.action_logits, b.action_logits)
     torch.testing.assert_close(a.value, b.value)
+
+
+def _packed_pair(core: str, nonlinearity: str = "elu") -> tuple[ActorCritic, dict]:
+    """A float32 reference model and the spec; the packed step runs a bfloat16 copy of it."""
+    torch.manual_seed(2)
+    cfg = ModelConfig(hidden=64, core=core, core_size=32, precision="float32",
+                      nonlinearity=nonlinearity)
+    return ActorCritic({"obs": IMAGE}, (3, 5), None, cfg).eval(), {"obs": IMAGE}
+
+
+@pytest.mark.skipif(not cpu_has_fast_bf16(), reason="packed weights need a CPU with bf16 units")
+@pytest.mark.parametrize(("core", "nonlinearity"), [("gru", "elu"), ("none", "elu"),
+                                                    ("gru", "relu"), ("gru", "tanh")])
+def test_packed_step_matches_the_float32_step_and_follows_new_weights(
+        core: str, nonlinearity: str) -> None:
+    from components.models.packed import PackedStep
+
+    reference, spec = _packed_pair(core, nonlinearity)
+    fast = ActorCritic(spec, (3, 5), None, dataclasses.replace(reference.cfg,
+                                                               precision="bfloat16")).eval()
+    fast.load_state_dict(reference.state_dict())
+    packed = PackedStep(fast, IMAGE[0])
+    obs = {"obs": torch.rand(6, *IMAGE[0]) * 2 - 1}  # as normalized images are
+    state = torch.randn(6, reference.state_size) * 0.5
+
+    def compare() -> None:
+        with torch.inference_mode():
+            want = reference.forward_step(obs, state, deterministic=True)
+            got = packed(obs["obs"], state, deterministic=True)
+        # bfloat16 keeps ~3 significant digits: the layers' rounding, not a wrong formula
+        torch.testing.assert_close(got.action_logits, want.action_logits, atol=0.05, rtol=0.05)
+        torch.testing.assert_close(got.value, want.value, atol=0.05, rtol=0.05)
+        torch.testing.assert_close(got.rnn_state, want.rnn_state, atol=0.05, rtol=0.05)
+        assert got.rnn_state.dtype == torch.float32
+
+    compare()
+    with torch.no_grad():  # new weights, as a refresh copies them in: pack() must pick them up
+        for p in [*reference.parameters()]:
+            p.add_(torch.randn_like(p) * 0.05)
+    fast.load_state_dict(reference.state_dict())
+    packed.pack()
+    compare()
+
+
+def test_packable_only_for_the_conv_encoder_with_a_gru_or_no_core() -> None:
+    from components.models.packed import packable
+
+    def model(**kwargs: object) -> ActorCritic:
+        spec = {"obs": IMAGE, "measurements": ((5,), "float32")} \
+            if kwargs.get("architecture") == "full" else {"obs": IMAGE}
+        cfg = ModelConfig(hidden=16, core_size=8, **{"precision": "bfloat16", **kwargs})
+        return ActorCritic(spec, (3,), None, cfg)
+
+    assert packable(model()) == cpu_has_fast_bf16()
+    assert packable(model(core="none")) == cpu_has_fast_bf16()
+    assert not packable(model(core="lstm"))
+    assert not packable(model(architecture="full"))
+    assert not packable(model(precision="float32"))
+    assert not packable(ActorCritic({"obs": ((6,), "float32")}, (3,), None, ModelConfig()))
