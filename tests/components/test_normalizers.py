@@ -101,3 +101,20 @@ def test_image_normalization_follows_statistics_copied_in_place():
     second = norm({"obs": frame})["obs"]
     torch.testing.assert_close(second, expected())
     assert not torch.equal(first, second)
+
+
+@pytest.mark.parametrize("frames", [4, 300])
+def test_image_batches_of_any_size_normalize_to_the_same_values(frames):
+    # from 256 frames on, normalize computes channels-last and returns a [N, C, H, W] view
+    norm = ObsNormalizer({"obs": ((3, 4, 5), "uint8")}).eval()
+    stats = norm.stats["obs"]
+    with torch.no_grad():
+        stats.mean.copy_(torch.rand(3, 4, 5, dtype=torch.float64))
+        stats.var.copy_(torch.rand(3, 4, 5, dtype=torch.float64) * 0.1)
+    batch = torch.randint(0, 256, (frames, 3, 4, 5), dtype=torch.uint8)
+    out = norm({"obs": batch})["obs"]
+    std = torch.sqrt(stats.var + ObsNormalizer.IMAGE_EPS)
+    expected = ((batch.double() / 255 - stats.mean) / std).clamp(-5, 5).float()
+    torch.testing.assert_close(out, expected)
+    assert out.shape == batch.shape
+    assert out.is_contiguous(memory_format=torch.channels_last) == (frames >= 256)
