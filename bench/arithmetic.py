@@ -155,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
                  "under autocast with channels-last convolutions, the GRU and the heads in "
                  "float32. An inference step includes normalizing the uint8 frames; "
                  f"`{PACKED}` is what the inference worker runs on this CPU "
-                 "(`components/models/packed.py`: oneDNN-packed bfloat16 weights, the GRU's "
-                 "matmuls in bfloat16 with float32 gates and state), `bfloat16` the eager "
-                 "model with the encoder's weights kept in bfloat16.")
+                 "(`components/models/packed.py`: the same precisions on weights reordered "
+                 "once for oneDNN), `bfloat16` the eager model with the encoder's weights kept "
+                 "in bfloat16.")
         write_section(SECTION, f"Command: `{command.strip()}`\n\nMachine: {throughput.machine()}"
                                f"\n\n{about}\n\n{text}\n")
     return 0

@@ -50,7 +50,6 @@ class ModelConfig:
     """Arithmetic of the observation encoder (the conv stack is most of the model's compute):
     `bfloat16` runs it under autocast (parameters and the optimizer stay float32), `float32`
     does not, `auto` picks bfloat16 for the conv encoder on CPUs with AMX / AVX-512 BF16 and
-    on CUDA devices that support it (float32 for vector observations). In training the
-    recurrent core and the heads run in float32, so the RNN state and the log-probabilities in
-    the PPO ratio keep full precision; inference workers also run the GRU's matmuls in bfloat16
-    (gates and state in float32) where the encoder is (:mod:`components.models.packed`)."""
+    on CUDA devices that support it (float32 for vector observations). The recurrent core and
+    the heads always run in float32, so the RNN state and the log-probabilities in the PPO
+    ratio keep full precision."""

@@ -1,20 +1,21 @@
-"""The inference step on CPU with oneDNN-packed bfloat16 weights, for the conv encoder + GRU.
+"""The inference step on CPU with the weights reordered once for oneDNN: the conv encoder + GRU.
 
 Inference workers run the policy on a few rows at a time (one or two rollout splits, 8-32 rows),
-where eager PyTorch spends most of a pass outside the arithmetic: oneDNN reorders every
-weight into its blocked layout on every call, autocast casts it, ELU goes through a scalar
-``expm1`` and the GRU's two matmuls run in float32. :class:`PackedStep` reorders the weights
-once per weights refresh (``pack``) and runs the same network with the packed operands: the
-conv stack and the FC layer in bfloat16 (as under autocast), the GRU's two matmuls in bfloat16
-with its gates and state in float32, the heads in float32. On the default doom_basic model this
-is ~1.6x faster per pass at 8-16 rows (``python -m bench.arithmetic``). It is inference only:
-the learner keeps the eager float32 model.
+where eager PyTorch spends much of a pass outside the arithmetic: oneDNN reorders every weight
+into its blocked layout on every call, and the GRU's matmuls go through a plain GEMM.
+:class:`PackedStep` reorders the weights once per weights refresh (``pack``) and runs the same
+network, in the same precisions as the eager model, on the reordered operands: the conv stack
+and the FC layer in bfloat16 (as under autocast), the GRU (matmuls, gates, state) and the heads
+in float32, so its outputs match the eager model's to rounding and learning does not change.
+On the default doom_basic model this is ~1.3x faster per pass at 8-16 rows
+(``python -m bench.arithmetic``). It is inference only: the learner trains the eager model.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.nn.functional import elu_
 
 from components.models.actor_critic import ActorCritic, StepOutput
 from components.models.encoders import ConvSimpleEncoder
@@ -43,11 +44,9 @@ def packable(model: ActorCritic) -> bool:
 
 
 def _activate_(x: Tensor, nonlinearity: str) -> Tensor:
-    """The activation, in place where PyTorch allows it."""
+    """The model's activation, in place (the same kernels as the eager model)."""
     if nonlinearity == "elu":
-        # ELU(x) = max(x, exp(min(x, 0)) - 1), since exp(x) - 1 >= x: vectorized exp instead
-        # of the scalar expm1 that F.elu uses (~1.25x faster on a conv output)
-        return torch.maximum(x, x.clamp_max(0).exp_().sub_(1))
+        return elu_(x)
     return x.relu_() if nonlinearity == "relu" else x.tanh_()
 
 
@@ -73,22 +72,23 @@ class _PackedConv:
 
 
 class _PackedLinear:
-    """``weight @ x + bias`` with the weight in oneDNN's blocked bfloat16 layout."""
+    """``weight @ x + bias`` with the weight in oneDNN's blocked layout, in ``dtype``."""
 
-    def __init__(self, weight: Tensor, bias: Tensor) -> None:
+    def __init__(self, weight: Tensor, bias: Tensor, dtype: torch.dtype) -> None:
         self.source = weight, bias
+        self.dtype = dtype
         self.pack()
 
     def pack(self) -> None:
         """Reorder the current weights."""
         weight, bias = self.source
         self.weight = torch.ops.mkldnn._reorder_linear_weight(
-            weight.detach().to(torch.bfloat16), _TUNED_ROWS)
-        self.bias = bias.detach().to(torch.bfloat16)
+            weight.detach().to(self.dtype), _TUNED_ROWS)
+        self.bias = bias.detach().to(self.dtype)
 
     def __call__(self, x: Tensor) -> Tensor:
         return torch.ops.mkldnn._linear_pointwise(
-            x.to(torch.bfloat16), self.weight, self.bias, "none", [], "")
+            x.to(self.dtype), self.weight, self.bias, "none", [], "")
 
 
 class PackedStep:
@@ -111,12 +111,12 @@ class PackedStep:
                     *((s - k) // d + 1 for s, k, d in zip(size[2:], conv.kernel_size, conv.stride,
                                                           strict=True))]
         fc = encoder.fc[0]
-        self.fc = _PackedLinear(fc.weight, fc.bias)
+        self.fc = _PackedLinear(fc.weight, fc.bias, torch.bfloat16)
         self.gru: tuple[_PackedLinear, _PackedLinear] | None = None
         if model.core.rnn is not None:
             rnn = model.core.rnn
-            self.gru = (_PackedLinear(rnn.weight_ih_l0, rnn.bias_ih_l0),
-                        _PackedLinear(rnn.weight_hh_l0, rnn.bias_hh_l0))
+            self.gru = (_PackedLinear(rnn.weight_ih_l0, rnn.bias_ih_l0, torch.float32),
+                        _PackedLinear(rnn.weight_hh_l0, rnn.bias_hh_l0, torch.float32))
 
     def pack(self) -> None:
         """Reorder every weight again from the model's current (float32) parameters."""
@@ -138,11 +138,10 @@ class PackedStep:
         return self.model.act(core_out, state, deterministic)
 
     def _gru_step(self, x: Tensor, h: Tensor) -> Tensor:
-        """``nn.GRU``'s cell (r, z, n gates; n = tanh(W_in x + r * (W_hn h))) with bfloat16
-        matmuls and float32 gates and state."""
+        """``nn.GRU``'s cell (r, z, n gates; n = tanh(W_in x + r * (W_hn h))), all float32."""
         assert self.gru is not None
-        gates_x = self.gru[0](x).float()
-        gates_h = self.gru[1](h).float()
+        gates_x = self.gru[0](x)
+        gates_h = self.gru[1](h)
         size = gates_x.shape[1] // 3
         reset, update = torch.sigmoid(gates_x[:, : 2 * size] + gates_h[:, : 2 * size]).chunk(2, 1)
         new = torch.tanh(torch.addcmul(gates_x[:, 2 * size :], reset, gates_h[:, 2 * size :]))

@@ -269,12 +269,16 @@ def test_packed_step_matches_the_float32_step_and_follows_new_weights(
 
     def compare() -> None:
         with torch.inference_mode():
-            want = reference.forward_step(obs, state, deterministic=True)
+            exact = reference.forward_step(obs, state, deterministic=True)
+            eager = fast.forward_step(obs, state, deterministic=True)
             got = packed(obs["obs"], state, deterministic=True)
-        # bfloat16 keeps ~3 significant digits: the layers' rounding, not a wrong formula
-        torch.testing.assert_close(got.action_logits, want.action_logits, atol=0.05, rtol=0.05)
-        torch.testing.assert_close(got.value, want.value, atol=0.05, rtol=0.05)
-        torch.testing.assert_close(got.rnn_state, want.rnn_state, atol=0.05, rtol=0.05)
+        # the eager bfloat16 model's numbers: the same precisions, only the weights' layout moved
+        for name in ("action_logits", "value", "rnn_state"):
+            torch.testing.assert_close(getattr(got, name), getattr(eager, name),
+                                       atol=1e-4, rtol=1e-4)
+            # and the float32 model's to bfloat16's ~3 significant digits
+            torch.testing.assert_close(getattr(got, name), getattr(exact, name),
+                                       atol=0.05, rtol=0.05)
         assert got.rnn_state.dtype == torch.float32
 
     compare()
