@@ -82,7 +82,7 @@ def inference_pass(kind: str, rows: int) -> Callable[[], None]:
     obs = {"obs": torch.randint(0, 256, (rows, *IMAGE), dtype=torch.uint8)}
     state = torch.zeros(rows, model.state_size)
     if kind == PACKED:
-        packed = PackedStep(model, IMAGE)
+        packed = PackedStep(model)
 
         def run() -> None:
             with torch.inference_mode():

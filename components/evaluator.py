@@ -251,13 +251,11 @@ class Evaluator(Actor):
         started, wall = time.perf_counter(), time.time()
         frames = 0 if self.totals is None else int(self.totals[0])
         model = self.models[policy]
-        version = self.weights[policy].read_into(model.published_tensors())
-        model.weights_changed()
+        version = model.read_weights(self.weights[policy])
         if p.opponent >= 0:
             opponent = self.models[p.opponent]  # the same object when it is ``policy``
             if p.opponent != policy:
-                self.weights[p.opponent].read_into(opponent.published_tensors())
-                opponent.weights_changed()
+                opponent.read_weights(self.weights[p.opponent])
             players, counted = [model] + [opponent] * (player.spec.num_agents - 1), [0]
         else:
             players, counted = [model] * player.spec.num_agents, range(player.spec.num_agents)

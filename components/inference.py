@@ -12,7 +12,6 @@ slots instead, served from a view of it with no gather (see :mod:`components.bat
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -79,7 +78,6 @@ class _Served:
 
     policy: int
     model: Policy | None = None
-    tensors: list[Tensor] = dataclasses.field(default_factory=list)
     weights: PolicyWeights | None = None
     version: int = 0
     used: bool = False
@@ -171,16 +169,16 @@ class InferenceWorker(Actor):
             return served
         served.model = build_policy(self.params).prepare_for_inference(
             self.params.packed_weights)
-        served.tensors = served.model.published_tensors()
         if f"policy.{policy}.weights" not in self.context.array_specs:
             # No learner publishes this policy (a sampler benchmark): keep the initial weights.
             self.log.info("no published weights for policy %d; serving initial weights", policy)
             return served
         served.weights = PolicyWeights(self.context, policy)
-        if served.weights.weights.numel() != flat_size(served.tensors):
+        size = flat_size(served.model.published_tensors())
+        if served.weights.weights.numel() != size:
             raise ValueError(
                 f"policy.{policy}.weights holds {served.weights.weights.numel()} floats but this "
-                f"model has {flat_size(served.tensors)}: the learner and the inference worker "
+                f"model has {size}: the learner and the inference worker "
                 f"disagree on env or model settings")
         if served.weights.version > 0:
             self._refresh(served)
@@ -208,11 +206,9 @@ class InferenceWorker(Actor):
             self._refresh(served)
 
     def _refresh(self, served: _Served) -> None:
-        assert served.weights is not None
+        assert served.weights is not None and served.model is not None
         # A seqlock read: ~11 MB for the paper's model, well under a millisecond.
-        served.version = served.weights.read_into(served.tensors)
-        if served.model is not None:
-            served.model.weights_changed()
+        served.version = served.model.read_weights(served.weights)
         self.m_refreshes.inc()
         self.m_version.set(served.version)
 

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from components.algo import ObsNormalizer
+from components.buffers import PolicyWeights
 from components.config import DataPathParams
 from components.envs import EnvSpec, env_spec
 from components.models import ActorCritic, StepOutput
@@ -28,26 +29,28 @@ class Policy(nn.Module):
             action_dim=None if spec.action_box is None else math.prod(spec.action_box.shape),
             cfg=params.model,
         )
-        self.obs_shape = tuple(spec.observation_space["obs"].shape)
         self.packed: PackedStep | None = None
         """Set by :meth:`prepare_for_inference` where the model can run on packed weights."""
 
     def prepare_for_inference(self, packed: bool = True) -> Policy:
-        """Eval mode, no gradients, and the fastest step this CPU offers: oneDNN-packed
-        bfloat16 weights where the model allows it and ``packed`` is on
+        """Eval mode, no gradients, and the fastest step this CPU offers: weights reordered
+        for oneDNN where the model allows it and ``packed`` is on
         (:mod:`components.models.packed`), else the encoder's weights kept in its compute
-        dtype. Call :meth:`weights_changed` after copying new weights in."""
+        dtype. New weights then come in through :meth:`read_weights`."""
         self.eval().requires_grad_(False)
         if packed and packable(self.model):
-            self.packed = PackedStep(self.model, self.obs_shape)
+            self.packed = PackedStep(self.model)
         else:
             self.model.encoder.keep_weights_in_compute_dtype(torch.device("cpu"))
         return self
 
-    def weights_changed(self) -> None:
-        """New weights were copied into the parameters: pack them again if packed."""
+    def read_weights(self, weights: PolicyWeights) -> int:
+        """Copy the learner's published weights in (packing them again when packed); returns
+        the version read."""
+        version = weights.read_into(self.published_tensors())
         if self.packed is not None:
             self.packed.pack()
+        return version
 
     def step(self, obs: dict[str, torch.Tensor], rnn_state: torch.Tensor,
              deterministic: bool = False) -> StepOutput:

@@ -32,6 +32,7 @@ class ConvSimpleEncoder(nn.Module):
 
     def __init__(self, obs_shape: tuple[int, ...], cfg: ModelConfig) -> None:
         super().__init__()
+        self.obs_shape = tuple(obs_shape)
         layers: list[nn.Module] = []
         channels = obs_shape[0]
         for out_channels, kernel, stride in CONV_SIMPLE_FILTERS:

@@ -263,7 +263,7 @@ def test_packed_step_matches_the_float32_step_and_follows_new_weights(
     fast = ActorCritic(spec, (3, 5), None, dataclasses.replace(reference.cfg,
                                                                precision="bfloat16")).eval()
     fast.load_state_dict(reference.state_dict())
-    packed = PackedStep(fast, IMAGE[0])
+    packed = PackedStep(fast)
     obs = {"obs": torch.rand(6, *IMAGE[0]) * 2 - 1}  # as normalized images are
     state = torch.randn(6, reference.state_size) * 0.5
 
