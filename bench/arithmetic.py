@@ -23,8 +23,9 @@ import torch
 from bench import throughput
 from bench.report import write_section
 from components.algo import AppoConfig, ObsNormalizer, ReturnsNormalizer, appo_loss
+from components.config import DataPathParams
 from components.models import ActorCritic, ModelConfig
-from components.models.packed import PackedStep
+from components.policy import build_policy
 
 SECTION = "## Where the time goes: the model's arithmetic"
 IMAGE = (3, 72, 128)
@@ -75,25 +76,19 @@ class LearnerStep:
 
 
 def inference_pass(kind: str, rows: int) -> Callable[[], None]:
-    """One inference step of ``rows`` rows as the inference worker runs it: uint8 frames
-    normalized, then the model (eager, or on packed weights for ``kind`` = PACKED)."""
-    model = make_model("float32" if kind == "float32" else "bfloat16").eval().requires_grad_(False)
-    normalizer = ObsNormalizer({"obs": (IMAGE, "uint8")}).eval()
+    """One inference step of ``rows`` rows as the inference worker runs it (``Policy.step``:
+    uint8 frames normalized, then the model, eager or on packed weights for ``kind`` = PACKED)."""
+    torch.manual_seed(0)
+    model = ModelConfig(precision="float32" if kind == "float32" else "bfloat16")
+    policy = build_policy(DataPathParams(env="doom_basic", model=model))
+    policy.prepare_for_inference(packed=kind == PACKED)
     obs = {"obs": torch.randint(0, 256, (rows, *IMAGE), dtype=torch.uint8)}
-    state = torch.zeros(rows, model.state_size)
-    if kind == PACKED:
-        packed = PackedStep(model)
+    state = torch.zeros(rows, policy.model.state_size)
 
-        def run() -> None:
-            with torch.inference_mode():
-                packed(normalizer(obs)["obs"], state)
-        return run
-    model.encoder.keep_weights_in_compute_dtype(torch.device("cpu"))
-
-    def run_eager() -> None:
+    def run() -> None:
         with torch.inference_mode():
-            model.forward_step(normalizer(obs), state)
-    return run_eager
+            policy.step(obs, state)
+    return run
 
 
 def median_times(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, object]:
