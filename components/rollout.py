@@ -318,7 +318,14 @@ class RolloutWorker(WorkerFaults, Actor):
                     self.population.ended.append(row0 + j)
 
     def _request(self, s: int) -> None:
-        """Write split ``s``'s (slot, t) rows to the request table and ask for actions."""
+        """Ask for split ``s``'s actions, sent at once so the next split steps meanwhile."""
+        self._write_request(s)
+        # Both splits' answers often arrive in one frame; without this, split 0's request would
+        # wait in the outbox until split 1 was stepped too and the two would move in lockstep.
+        self.send_now()
+
+    def _write_request(self, s: int) -> None:
+        """Write split ``s``'s (slot, t) rows to the request table and emit its request(s)."""
         rps = self.rows_per_split
         rows = self.buffer.requests[s]
         seq = self._next_seq(s)

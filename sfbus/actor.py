@@ -192,6 +192,17 @@ class Actor:
         if self.context is not None:
             await self.context.flush()
 
+    def send_now(self) -> None:
+        """Send what this process emitted so far now, not when the loop iteration ends.
+
+        A slot's emissions are coalesced with those of every slot the same frame delivers, which
+        is what makes floods cheap. A reply that another process waits on should go out before
+        this slot's process moves on to slow work: a rollout worker sends a split's request
+        before stepping the next split, or the two splits would travel, and wait, together.
+        """
+        if self.context is not None:
+            self.context.send_now()
+
     def stop_run(self, reason: str = "") -> None:
         """Ask the supervisor to end the whole run gracefully (exit code 0)."""
         if self.context is None:

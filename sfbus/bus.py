@@ -184,7 +184,7 @@ class Bus:
 
     def _route_function(self, route: Route) -> Callable[[Message, int | None], None]:
         deliver = [self._edge_function(edge) for edge in route.edges]
-        if route.mode == "broadcast" or len(deliver) == 1:
+        if route.mode != "any" or len(deliver) == 1:
             if len(deliver) == 1:
                 only = deliver[0]
                 return lambda payload, key: only(payload)
@@ -285,6 +285,12 @@ class Bus:
                 continue
             entry[1](payload)
         return len(deliveries)
+
+    def send_now(self) -> None:
+        """Encode and send every outbox now instead of at the end of the loop iteration."""
+        for peer in self._peers.values():
+            if peer.scheduled:
+                peer.flush()
 
     async def flush(self) -> None:
         """Wait until every queued outgoing frame was handed to ZeroMQ.

@@ -25,6 +25,7 @@ class ActorContext:
     table: RoutingTable
     array_specs: dict[str, ArraySpec]
     flush: Callable[[], Awaitable[None]]
+    send_now: Callable[[], None]
     request_stop: Callable[[str, str], None]
     add_progress: Callable[[int], None]
     limits: RunLimits = field(default_factory=RunLimits)

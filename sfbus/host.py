@@ -82,8 +82,9 @@ class ProcessHost:
                 context = ActorContext(
                     run_id=self.run_id, run_dir=self.run_dir, process=process,
                     replica=instance.replica, table=self.table, array_specs=self.array_specs,
-                    flush=self.bus.flush, request_stop=self.request_stop,
-                    add_progress=self.add_progress, limits=self.limits,
+                    flush=self.bus.flush, send_now=self.bus.send_now,
+                    request_stop=self.request_stop, add_progress=self.add_progress,
+                    limits=self.limits,
                 )
                 spec = actor_instance.spec
                 actor = actor_instance.cls(actor_instance.name, spec.params, context)

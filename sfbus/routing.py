@@ -98,7 +98,18 @@ class RoutingTable:
             for source in replicas_of[conn.source]:
                 payload = source.cls.signal_types()[conn.signal]
                 route_edges = []
-                for target in replicas_of[conn.target]:
+                targets = replicas_of[conn.target]
+                if conn.mode == "local":
+                    targets = [t for t in targets if t.process == source.process]
+                    if not targets:
+                        where = conn.location
+                        raise TopologyError(
+                            f"mode local: {source.name} has no {conn.target} in its process "
+                            f"{source.process}", file=where.file if where else topology.path,
+                            line=where.line if where else None,
+                            column=where.column if where else None,
+                            key=f"connection {conn.source}.{conn.signal}")
+                for target in targets:
                     edge = Edge(len(edges), source.name, conn.signal, target.name, conn.slot,
                                 target.process, payload)
                     edges.append(edge)

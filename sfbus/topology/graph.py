@@ -29,7 +29,7 @@ def _process_label(name: str, replicas: int) -> str:
 
 
 def _edge_label(signal: str, slot: str, mode: str) -> str:
-    return f"{signal} → {slot}" + (" [any]" if mode == "any" else "")
+    return f"{signal} → {slot}" + ("" if mode == "broadcast" else f" [{mode}]")
 
 
 def _mermaid_id(prefix: str, name: str) -> str:

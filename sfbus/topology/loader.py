@@ -24,7 +24,7 @@ File format::
     connections:
       - from: producer.item_ready        # actor.signal
         to: consumer.on_item_ready       # actor.slot
-        mode: broadcast                  # broadcast (default) | any
+        mode: broadcast                  # broadcast (default) | any | local
 
 An actor parameter resolves to: its ``params`` value, else ``settings[field]``, else the field's
 default; a required field missing everywhere is an error, and so is an unknown key in ``params``.

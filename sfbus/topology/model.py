@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 RestartPolicy = Literal["always", "on-failure", "never"]
-DeliveryMode = Literal["broadcast", "any"]
+DeliveryMode = Literal["broadcast", "any", "local"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,9 @@ class ConnectionSpec:
     """A signal of one actor wired to a slot of another.
 
     ``broadcast`` delivers to every replica of the target; ``any`` to one replica chosen by the
-    sender (round-robin, or by the emit's ``key``).
+    sender (round-robin, or by the emit's ``key``); ``local`` to the replicas that live in the
+    sender's own process (a call on the same event loop, nothing on the wire), and it is an error
+    for a sender to have none.
     """
 
     source: str

@@ -256,6 +256,21 @@ async def test_double_buffered_order(transport: str) -> None:
         assert [s for s, _ in inference.log[-3:]] == [0, 0, 1]
 
 
+async def test_a_split_asks_again_before_the_next_split_steps() -> None:
+    # Both splits' actions arrive in one frame. Split 0's next request must leave before split 1
+    # is stepped (two frames, not one), or the splits would move, and wait, in lockstep.
+    async with hosted(topology("HoldingInference"), "ipc") as actors:
+        inference = actors["inference"]
+        infer = next(h for h in actors["_hosts"] if h.name == "infer")
+        await wait_until(lambda: len(inference.pending) == 2)
+        received, sent = infer.bus.counters.frames_received, infer.bus.counters.frames_sent
+        inference.answer_split(0)
+        inference.answer_split(1)
+        await wait_until(lambda: len(inference.pending) == 2)
+        assert infer.bus.counters.frames_sent - sent == 1
+        assert infer.bus.counters.frames_received - received == 2
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_back_pressure_pauses_and_resumes(transport: str) -> None:
     async with hosted(topology(collector="HoldingCollector"), transport) as actors:

@@ -64,3 +64,13 @@ class AsyncPonger(Ponger):
         await asyncio.sleep(0)
         self.seen.append(msg.value)
         self.pong.emit(Number(-msg.value))
+
+
+class PromptPonger(Ponger):
+    """Answers each ping and sends the answer at once, before its next slot runs."""
+
+    @slot
+    def on_ping(self, msg: Number) -> None:
+        """Answer and hand the answer to the wire now."""
+        super().on_ping(msg)
+        self.send_now()

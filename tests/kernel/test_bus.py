@@ -8,8 +8,12 @@ import os
 import msgspec
 import zmq
 
+import pytest
+
 from sfbus.bus import socket_address
+from sfbus.errors import TopologyError
 from sfbus.frames import encode_data
+from sfbus.routing import RoutingTable
 from tests.kernel.bus_actors import Number
 from tests.kernel.conftest import hosted, make_topology
 
@@ -80,6 +84,49 @@ async def test_broadcast_reaches_every_replica(transport: str) -> None:
         await asyncio.wait_for(pinger.got_all.wait(), 10)
         assert [actors[f"ponger.{i}"].seen for i in range(3)] == [[7], [7], [7]]
         assert pinger.answers == [-7, -7, -7]
+
+
+async def test_local_mode_stays_in_the_senders_process(transport: str) -> None:
+    pairs = {"pair": {"pinger": "tests.kernel.bus_actors:Pinger",
+                      "ponger": "tests.kernel.bus_actors:Ponger"}}
+    topology = make_topology(pairs, [("pinger.ping", "ponger.on_ping", "local"),
+                                     ("ponger.pong", "pinger.on_pong", "local")],
+                             replicas={"pair": 3})
+    async with hosted(topology, transport) as actors:
+        for i in range(3):
+            actors[f"pinger.{i}"].expected = 2
+            for value in (10 * i + 1, 10 * i + 2):
+                actors[f"pinger.{i}"].ping.emit(Number(value))
+        for i in range(3):
+            await asyncio.wait_for(actors[f"pinger.{i}"].got_all.wait(), 10)
+        assert [actors[f"ponger.{i}"].seen for i in range(3)] == [[1, 2], [11, 12], [21, 22]]
+        assert [actors[f"pinger.{i}"].answers for i in range(3)] == [[-1, -2], [-11, -12],
+                                                                     [-21, -22]]
+        assert all(host.bus.counters.frames_sent == 0 for host in actors["_hosts"])
+
+
+def test_local_mode_needs_a_target_in_the_same_process() -> None:
+    topology = make_topology(PING_PONG, [("pinger.ping", "ponger.on_ping", "local")])
+    with pytest.raises(TopologyError, match="mode local: pinger has no ponger in its process"):
+        RoutingTable(topology)
+
+
+@pytest.mark.parametrize("prompt", [False, True])
+async def test_send_now_splits_answers_into_frames(prompt: bool) -> None:
+    # Two pings in one frame: answered in one frame at the end of the loop iteration, or one
+    # frame each when the slot sends its answer at once.
+    ponger = "PromptPonger" if prompt else "Ponger"
+    processes = {**PING_PONG, "right": {"ponger": f"tests.kernel.bus_actors:{ponger}"}}
+    async with hosted(make_topology(processes, WIRES), "ipc") as actors:
+        pinger = actors["pinger"]
+        left = next(h for h in actors["_hosts"] if h.name == "left")
+        pinger.expected = 2
+        pinger.ping.emit(Number(1))
+        pinger.ping.emit(Number(2))
+        await asyncio.wait_for(pinger.got_all.wait(), 10)
+        assert pinger.answers == [-1, -2]
+        assert left.bus.counters.frames_sent == 1
+        assert left.bus.counters.frames_received == (2 if prompt else 1)
 
 
 def test_emit_checks_payload_type() -> None:
