@@ -3,7 +3,8 @@
 Inside the process an emission becomes ``loop.call_soon(slot, payload)``. Towards another process
 it is appended to that peer's outbox; the outbox is encoded as one data frame (see
 :mod:`sfbus.frames`) at the end of the loop iteration, or as soon as it is full, and sent with a
-non-blocking send on a ZeroMQ PUSH socket. Each process binds one PULL socket; its receive loop
+non-blocking send on a ZeroMQ PUSH socket (an actor's ``send_now`` sends it at once; a connection's
+``coalesce_s`` lets its deliveries wait that long for the next frame). Each process binds one PULL socket; its receive loop
 awaits readiness and then drains with non-blocking receives, which is what keeps a flood from
 stalling the socket's edge-triggered notification.
 """
@@ -74,6 +75,7 @@ class _Peer:
         self.outbox: list[tuple[int, Message]] = []
         self.pending: deque[bytes] = deque()
         self.scheduled = False
+        self.timer: asyncio.TimerHandle | None = None
         self.writer: asyncio.Task[None] | None = None
         self.idle = asyncio.Event()
         self.idle.set()
@@ -87,8 +89,20 @@ class _Peer:
             self.idle.clear()
             self.bus.loop.call_soon(self.flush)
 
+    def append_later(self, edge_id: int, payload: Message, delay: float) -> None:
+        """Queue a delivery that may wait up to ``delay`` s for the next frame to this peer."""
+        self.outbox.append((edge_id, payload))
+        if len(self.outbox) >= MAX_DELIVERIES_PER_FRAME:
+            self.flush()
+        elif not self.scheduled and self.timer is None:
+            self.idle.clear()
+            self.timer = self.bus.loop.call_later(delay, self.flush)
+
     def flush(self) -> None:
         self.scheduled = False
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         if self.outbox:
             frame = encode_data(self.bus.sender_id, self.outbox)
             self.outbox = []
@@ -124,6 +138,8 @@ class _Peer:
                 self.idle.set()
 
     def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
         if self.writer is not None:
             self.writer.cancel()
         self.sock.close(linger=0)
@@ -211,7 +227,11 @@ class Bus:
         if peer is None:
             address = socket_address(self.sock_dir, edge.process)
             peer = self._peers[edge.process] = _Peer(self, address)
-        edge_id, append = edge.id, peer.append
+        edge_id = edge.id
+        if edge.coalesce_s > 0:
+            append_later, delay = peer.append_later, edge.coalesce_s
+            return lambda payload: append_later(edge_id, payload, delay)
+        append = peer.append
         return lambda payload: append(edge_id, payload)
 
     async def serve(self) -> None:

@@ -59,6 +59,7 @@ class Edge:
     slot: str
     process: str
     payload: type[Message]
+    coalesce_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ class RoutingTable:
                             key=f"connection {conn.source}.{conn.signal}")
                 for target in targets:
                     edge = Edge(len(edges), source.name, conn.signal, target.name, conn.slot,
-                                target.process, payload)
+                                target.process, payload, conn.coalesce_s)
                     edges.append(edge)
                     route_edges.append(edge)
                 route = Route(source.name, conn.signal, conn.mode, tuple(route_edges))

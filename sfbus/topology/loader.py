@@ -25,6 +25,7 @@ File format::
       - from: producer.item_ready        # actor.signal
         to: consumer.on_item_ready       # actor.slot
         mode: broadcast                  # broadcast (default) | any | local
+        coalesce_s: 0.0                  # optional: may wait this long to share a frame
 
 An actor parameter resolves to: its ``params`` value, else ``settings[field]``, else the field's
 default; a required field missing everywhere is an error, and so is an unknown key in ``params``.
@@ -69,7 +70,7 @@ from sfbus.topology.yaml_source import Document, KeyPath, Where, load_yaml, pars
 TOP_KEYS = ("extends", "name", "settings", "run", "processes", "connections")
 PROCESS_KEYS = ("replicas", "restart", "cpu_affinity", "nice", "actors")
 ACTOR_KEYS = ("class", "params")
-CONNECTION_KEYS = ("from", "to", "mode")
+CONNECTION_KEYS = ("from", "to", "mode", "coalesce_s")
 # Names end up in socket paths, metric labels and 'actor.signal' references: no dots or spaces.
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
 
@@ -349,10 +350,13 @@ class _Builder:
             if link in seen:
                 raise self.fail(path, f"duplicate connection (same as connections[{seen[link]}])")
             seen[link] = i
+            coalesce = self.typed((*path, "coalesce_s"), float, 0.0)
+            if coalesce < 0:
+                raise self.fail((*path, "coalesce_s"), f"must be >= 0, got {coalesce:g}")
             specs.append(ConnectionSpec(
                 source=source, signal=signal, target=target, slot=slot,
                 mode=self.typed((*path, "mode"), DeliveryMode, "broadcast"),
-                location=_location(self.doc.where(path))))
+                coalesce_s=coalesce, location=_location(self.doc.where(path))))
         return tuple(specs)
 
     def endpoint(self, path: KeyPath, kind: str) -> tuple[str, str]:

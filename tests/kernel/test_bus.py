@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 
 import msgspec
@@ -167,3 +168,24 @@ async def test_garbage_on_the_socket_is_counted_not_fatal() -> None:
         counters = right.bus.counters
         assert (counters.malformed, counters.unknown_edge, counters.unknown_peer) == (2, 1, 1)
         assert actors["ponger"].seen == [99]
+
+
+async def test_coalesced_deliveries_wait_for_the_next_frame() -> None:
+    # Pings on a coalescing connection wait (up to 0.3 s) for a frame to the same process; the
+    # pongs are sent as usual. Order holds either way.
+    wires = [("pinger.ping", "ponger.on_ping", "broadcast"),
+             ("ponger.pong", "pinger.on_pong", "broadcast")]
+    topology = make_topology(PING_PONG, wires)
+    lazy = dataclasses.replace(topology.connections[0], coalesce_s=0.3)
+    topology = dataclasses.replace(topology, connections=(lazy, topology.connections[1]))
+    async with hosted(topology, "ipc") as actors:
+        pinger = actors["pinger"]
+        left = next(h for h in actors["_hosts"] if h.name == "left")
+        pinger.expected = 3
+        for value in (1, 2, 3):
+            pinger.ping.emit(Number(value))
+            await asyncio.sleep(0.01)  # three loop iterations: three frames without coalescing
+        assert left.bus.counters.frames_sent == 0
+        await asyncio.wait_for(pinger.got_all.wait(), 10)
+        assert left.bus.counters.frames_sent == 1
+        assert pinger.answers == [-1, -2, -3]

@@ -360,8 +360,10 @@ ERRORS = [
      "t.yaml:12:9: connections[0].to: signal 'finished' of actor 'producer' carries Empty but "
      "slot 'on_item_ready' of actor 'consumer' expects Item"),
     ("bad_mode", GOOD + "    mode: brodcast\n",
-     "t.yaml:13:11: connections[0].mode: expected 'broadcast' or 'any', got str 'brodcast'; "
-     "did you mean 'broadcast'?"),
+     "t.yaml:13:11: connections[0].mode: expected one of 'broadcast', 'any', 'local', got str "
+     "'brodcast'; did you mean 'broadcast'?"),
+    ("negative_coalesce", GOOD + "    coalesce_s: -1\n",
+     "t.yaml:13:17: connections[0].coalesce_s: must be >= 0, got -1"),
     ("duplicate_connection", GOOD + "  - {from: producer.item_ready, to: consumer.on_item_ready}\n",
      "t.yaml:13:5: connections[1]: duplicate connection (same as connections[0])"),
 ]
