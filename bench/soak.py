@@ -33,7 +33,7 @@ from sfbus.procfs import run_children
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = "topologies/doom_basic.yaml"
 SECTION = "## Soak: a long run with periodic kills"
-ORDER = ("rollout.0", "inference", "rollout.1", "learner")
+ORDER = ("rollout.0", "learner", "rollout.1")  # doom_basic's processes (inference is in rollout)
 MARGIN_S = 20.0  # --max-seconds past the last sample; the supervisor's clock starts before ours
 FLAT = 0.05  # the most a resource may drift over the run's length, relative to its mean
 Z95 = 1.96  # standard errors in half of a 95% interval (normal approximation)
@@ -41,7 +41,8 @@ JUDGED = {"procs": "processes", "rss": "RSS", "pss": "PSS", "fds": "open fds",
           "shm_run": "run's /dev/shm", "shm_all": "all of /dev/shm (not judged)"}
 ABOUT = """The run is `sfbus run %(topology)s` for %(minutes)g minutes after its first env frames,
 ended by its own `--max-seconds`. Every %(kill)g s, starting %(half)g s in, one process gets
-SIGKILL, in turn rollout.0, inference, rollout.1, learner; the supervisor restarts it. Every
+SIGKILL, in turn rollout.0 (with its inference worker), learner, rollout.1; the supervisor
+restarts it. Every
 %(sample)g s (just before any kill due at the same time), the bench sums, over the
 supervisor, its children and the VizDoom engines in each child's process group: RSS and PSS
 (from `/proc/<pid>/smaps_rollup`; RSS counts shared memory once per process that maps it, PSS
