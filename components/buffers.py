@@ -148,7 +148,6 @@ class TrajectoryBuffer:
         self.obs_keys = tuple(layout.spec.observation_space)
         requests = context.shared(f"{worker}.requests")
         self.requests = requests.numpy
-        self.requests_torch = requests.torch
 
     def obs_numpy(self) -> dict[str, np.ndarray]:
         """Observation fields by key (without the ``obs.`` prefix), numpy views."""

@@ -48,8 +48,7 @@ class _Rows:
     def __init__(self, buffer: TrajectoryBuffer) -> None:
         layout = buffer.layout
         self.steps = layout.rollout + 1
-        self.requests = buffer.requests_torch
-        self.requests_np = buffer.requests
+        self.requests = buffer.requests
         t = buffer.torch
         n = buffer.numpy
         self.obs = {k: t[f"obs.{k}"].flatten(0, 1) for k in buffer.obs_keys}
@@ -61,15 +60,19 @@ class _Rows:
         self.np = {name: n[name].reshape(-1, *n[name].shape[2:])
                    for name in ("rnn", "actions", "log_probs", "values", "versions")}
         # One index buffer per split: a split has at most one request in flight (its worker waits
-        # for the actions before stepping it again), so reusing it within a batch is safe.
-        self.index = torch.empty((layout.splits, layout.rows_per_split), dtype=torch.int64)
+        # for the actions before stepping it again), so reusing it within a batch is safe. It is
+        # computed in numpy (a few rows: torch's per-call overhead would dominate) and read by
+        # the model's gathers through a torch view of the same memory.
+        self.index = np.empty((layout.splits, layout.rows_per_split), np.int64)
+        self.index_torch = torch.from_numpy(self.index)
 
     def flat_index(self, split: int, count: int, offset: int = 0) -> Tensor:
         """``slot * (T+1) + t`` of the request's rows, in this split's reused index buffer."""
         table = self.requests[split, offset:offset + count]
         index = self.index[split, offset:offset + count]
-        torch.mul(table[:, 0], self.steps, out=index)
-        return index.add_(table[:, 1])
+        np.multiply(table[:, 0], self.steps, out=index)
+        np.add(index, table[:, 1], out=index)
+        return self.index_torch[split, offset:offset + count]
 
 
 @dataclass

@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -100,8 +101,14 @@ class EnvSpec:
             actions = rng.standard_normal((n, *self.action_shape), dtype=np.float32)
             log_probs = (-0.5 * np.square(actions) - _LOG_SQRT_2PI).reshape(n, -1).sum(1)
             return actions, log_probs
+        heads, log_prob = self._uniform_heads
+        return rng.integers(0, heads, size=(n, len(heads))), np.full(n, log_prob)
+
+    @cached_property
+    def _uniform_heads(self) -> tuple[np.ndarray, float]:
+        """The action heads as an array and a uniform action's log-probability."""
         heads = np.asarray(self.action_heads)
-        return rng.integers(0, heads, size=(n, len(heads))), np.full(n, -np.log(heads).sum())
+        return heads, float(-np.log(heads).sum())
 
     def empty_actions(self) -> np.ndarray:
         """A no-op-shaped zero action array `[num_agents, *action_shape]`."""

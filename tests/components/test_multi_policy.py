@@ -42,7 +42,7 @@ class MarkedInference(InferenceWorker):
     @slot
     def on_inference_requested(self, request: InferenceRequest) -> None:
         """Record the request's rows, then serve it."""
-        table = self.rows[request.worker].requests_np[request.split]
+        table = self.rows[request.worker].requests[request.split]
         self.requests.append((request, table[request.offset:request.offset + request.count]
                               .copy()))
         super().on_inference_requested(request)
