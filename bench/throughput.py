@@ -7,8 +7,8 @@ processes:
 1. pure simulation: ``--workers`` spawn processes, each pinned to its own core before it creates
    its envs (so the VizDoom engines inherit the pin), stepping ``--envs`` envs with random actions
    through ``step_into`` into preallocated rows (the system's own observation preprocessing);
-2. the sampler with a trivial policy: rollout workers, an inference worker drawing random actions
-   and :class:`TrajectorySink` in place of the learner, under ``sfbus run``;
+2. the sampler with a trivial policy: rollout processes, each hosting an inference worker drawing
+   random actions, and :class:`TrajectorySink` in place of the learner, under ``sfbus run``;
 3. the sampler with the real model (conv + GRU, initial weights; no learner);
 4. full training: ``topologies/doom_basic.yaml`` at the same workers and envs;
 5. and 6. Sample Factory 2.1.1's sampler alone and its full training with the same model, sizes and
@@ -53,8 +53,9 @@ the VizDoom engines it starts. A rate is env frames (agent steps x frameskip) pe
 %(seconds)g s window that starts %(warmup)g s after the first frames, so start-up is left out.
 *Pure simulation* steps the envs with random actions through `step_into` into preallocated rows
 (the same 128x72 resize and CHW copy as the system), nothing else. The *sampler* cases run `sfbus
-run` on a generated topology: the rollout workers, one inference worker (random actions drawn by
-the worker, or the default model, conv + GRU 512, serving its initial weights) and a sink actor
+run` on a generated topology with the training topology's layout: the rollout processes, each
+hosting an inference worker (random actions drawn by the worker, or the default model, conv + GRU
+512, serving its initial weights), and a sink actor
 (`bench.throughput:TrajectorySink`) that hands each finished slot straight back, with the stats
 actor; its data-path settings (T, batch size, splits) are those of `%(training)s`. *Full
 training* is `sfbus run %(training)s %(sets)s`. The *Sample Factory* cases run
