@@ -1,11 +1,12 @@
 """Learning speed of the default run: env frames and wall time to reach doom_basic's reward bars.
 
-``python -m bench.learning [--frames 1000000] [--config NAME=SET[,SET...]]... [--write-docs]``
-trains ``topologies/doom_basic.yaml`` once per configuration, one after another (a
-configuration is a name and ``--set`` overrides; the default compares the encoder in bfloat16
-with float32), reads each run's ``progress.jsonl`` (the 100-episode mean of VizDoom's own reward)
-and reports when each reached the bars, the final reward and the frame rate. ``--write-docs``
-rewrites its section of docs/BENCHMARKS.md and draws the runs into ``docs/doom_basic_learning*``.
+``python -m bench.learning [--frames 1000000] [--config NAME[@TOPOLOGY]=SET[,SET...]]...
+[--write-docs]`` trains ``topologies/doom_basic.yaml`` (or ``TOPOLOGY``) once per configuration,
+one after another (a configuration is a name and ``--set`` overrides; the default compares the
+encoder in bfloat16 with float32), reads each run's ``progress.jsonl`` (the 100-episode mean of
+VizDoom's own reward) and reports when each reached the bars, the final reward and the frame
+rate. ``--write-docs`` rewrites its section of docs/BENCHMARKS.md and draws the runs into
+``docs/doom_basic_learning*``.
 """
 
 from __future__ import annotations
@@ -29,16 +30,17 @@ DEFAULT_CONFIGS = ("bfloat16=model.precision=bfloat16", "float32=model.precision
 SAMPLE_FACTORY = {50.0: "~350k frames, 125 s", 70.0: "~500k frames, 170 s"}
 
 
-def parse_config(text: str) -> tuple[str, list[str]]:
-    """``name=a.b=1,c=2`` -> (name, ["a.b=1", "c=2"])."""
-    name, _, sets = text.partition("=")
-    return name, [s for s in sets.split(",") if s]
+def parse_config(text: str) -> tuple[str, str, list[str]]:
+    """``name[@file]=a.b=1,c=2`` -> (name, file or the default topology, ["a.b=1", "c=2"])."""
+    label, _, sets = text.partition("=")
+    name, _, topology = label.partition("@")
+    return name, topology or TOPOLOGY, [s for s in sets.split(",") if s]
 
 
-def train(name: str, sets: list[str], frames: int, tmp: Path) -> Progress:
-    """Run the default topology to ``frames`` env frames with ``sets``; its progress records."""
+def train(name: str, topology: str, sets: list[str], frames: int, tmp: Path) -> Progress:
+    """Run ``topology`` to ``frames`` env frames with ``sets``; its progress records."""
     run_dir = tmp / name
-    args = [sys.executable, "-m", "sfbus", "run", TOPOLOGY, "--max-frames", str(frames),
+    args = [sys.executable, "-m", "sfbus", "run", topology, "--max-frames", str(frames),
             "--run-dir", str(run_dir)] + [a for s in sets for a in ("--set", s)]
     print(f"{name}: {' '.join(args[2:])}", flush=True)
     subprocess.run(args, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
@@ -93,13 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.learning", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--frames", type=int, default=1_000_000, help="env frames per run")
-    parser.add_argument("--config", action="append", help="NAME=SET[,SET...]; repeatable "
-                        f"(default: {' and '.join(DEFAULT_CONFIGS)})")
+    parser.add_argument("--config", action="append", help="NAME[@TOPOLOGY]=SET[,SET...]; "
+                        f"repeatable (default: {' and '.join(DEFAULT_CONFIGS)})")
     parser.add_argument("--write-docs", action="store_true", help="rewrite the docs section")
     args = parser.parse_args(argv)
     configs = [parse_config(c) for c in (args.config or DEFAULT_CONFIGS)]
     with tempfile.TemporaryDirectory(prefix="sfbus-learning-") as tmp:
-        runs = [train(name, sets, args.frames, Path(tmp)) for name, sets in configs]
+        runs = [train(name, topology, sets, args.frames, Path(tmp))
+                for name, topology, sets in configs]
         text = table(runs)
         print("\n" + text)
         if args.write_docs:
@@ -110,10 +113,12 @@ def main(argv: list[str] | None = None) -> int:
                         path.read_bytes())
             command = "python -m bench.learning " + " ".join(
                 sys.argv[1:] if argv is None else argv)
-            sets = "; ".join(f"{n}: {' '.join(s) or 'defaults'}" for n, s in configs)
+            sets = "; ".join(f"{n}: {'' if t == TOPOLOGY else t + ' '}{' '.join(s) or 'defaults'}"
+                             for n, t, s in configs)
             write_section(SECTION, (
                 f"Command: `{command.strip()}` — each configuration trains `sfbus run {TOPOLOGY} "
-                f"--max-frames {args.frames}` with its `--set`s ({sets}), one after another; "
+                f"--max-frames {args.frames}` (or the topology it names) with its `--set`s "
+                f"({sets}), one after another; "
                 f"the reward is the 100-episode mean of VizDoom's own reward for `basic` from "
                 f"the run's `progress.jsonl`. One run per configuration (seed 0 unless it sets "
                 f"one).\n\nMachine: {throughput.machine()}"

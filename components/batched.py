@@ -64,7 +64,8 @@ class BlockServer:
     """The inference worker's side: serves block requests on views of the workers' buffers."""
 
     def __init__(self, buffers: list[TrajectoryBuffer], state_size: int,
-                 action_shape: tuple[int, ...], rng: np.random.Generator) -> None:
+                 action_shape: tuple[int, ...], rng: np.random.Generator,
+                 generator: torch.Generator) -> None:
         self.buffers = buffers
         self.obs = [buffer.obs_torch() for buffer in buffers]
         self.torch = [{name: buffer.torch[name] for name in _FIELDS} for buffer in buffers]
@@ -72,6 +73,9 @@ class BlockServer:
         self.state_size = state_size
         self.action_shape = action_shape
         self.rng = rng
+        """Random actions' draws."""
+        self.generator = generator
+        """The model's action sampling."""
         self.requests = 0
         """Requests served from a slice (none ever gathered)."""
 
@@ -85,7 +89,7 @@ class BlockServer:
         if not self.state_size:
             rnn = rnn[:, :0]
         with torch.inference_mode():
-            out = policy.step(obs, rnn, deterministic=deterministic)
+            out = policy.step(obs, rnn, deterministic, self.generator)
             actions = fields["actions"]
             actions[at] = out.actions.reshape(request.count, *self.action_shape).to(
                 actions.dtype)

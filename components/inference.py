@@ -148,8 +148,15 @@ class InferenceWorker(Actor):
         self.state_size = p.state_size
         buffers = [TrajectoryBuffer(self.context, name, layout)
                    for name in rollout_workers(topology, p.rollout_actor)]
-        self.rng = np.random.default_rng([p.seed, p.policy, self.context.replica, 0x1F])
-        self.blocks = (BlockServer(buffers, self.state_size, self.spec.action_shape, self.rng)
+        words = [p.seed, p.policy, self.context.replica]
+        self.rng = np.random.default_rng([*words, 0x1F])
+        # The model samples from a generator of this worker's own: torch's global one starts
+        # from the same seed in every process, so replicas (one per rollout process with
+        # appo_local_inference.yaml) would draw the same numbers and act alike.
+        self.sampling = torch.Generator().manual_seed(
+            int(np.random.SeedSequence([*words, 0x2F]).generate_state(1)[0]))
+        self.blocks = (BlockServer(buffers, self.state_size, self.spec.action_shape, self.rng,
+                                   self.sampling)
                        if p.sampling == "batched" else None)
         """Batched sampling: serves requests from slices of the buffers."""
         # The request-table gather knows only the [slot, t] layout; batched never gathers.
@@ -275,7 +282,7 @@ class InferenceWorker(Actor):
                 torch.index_select(rows.rnn, 0, index, out=rnn[start:end])
             start = end
         with torch.inference_mode():
-            out = served.model.step(obs, rnn, deterministic=self.params.deterministic)
+            out = served.model.step(obs, rnn, self.params.deterministic, self.sampling)
             actions = out.actions.reshape(total, *self.spec.action_shape)
             start = 0
             for r, index in zip(requests, indices, strict=True):

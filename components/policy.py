@@ -53,12 +53,13 @@ class Policy(nn.Module):
         return version
 
     def step(self, obs: dict[str, torch.Tensor], rnn_state: torch.Tensor,
-             deterministic: bool = False) -> StepOutput:
-        """One inference step on raw observations: normalize, then the model's forward step."""
+             deterministic: bool = False, generator: torch.Generator | None = None) -> StepOutput:
+        """One inference step on raw observations: normalize, then the model's forward step,
+        sampling actions from ``generator`` (default: torch's global one)."""
         normalized = self.obs_normalizer(obs)
         if self.packed is not None:
-            return self.packed(normalized["obs"], rnn_state, deterministic)
-        return self.model.forward_step(normalized, rnn_state, deterministic=deterministic)
+            return self.packed(normalized["obs"], rnn_state, deterministic, generator)
+        return self.model.forward_step(normalized, rnn_state, deterministic, generator)
 
     def published_tensors(self) -> list[torch.Tensor]:
         """Every tensor inference needs, in a fixed order (parameters, then buffers)."""

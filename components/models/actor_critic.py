@@ -94,18 +94,20 @@ class ActorCritic(nn.Module):
         return ActionDistribution(mean=params, log_std=self.log_std)
 
     def forward_step(
-        self, obs: dict[str, Tensor], rnn_state: Tensor, deterministic: bool = False
+        self, obs: dict[str, Tensor], rnn_state: Tensor, deterministic: bool = False,
+        generator: torch.Generator | None = None,
     ) -> StepOutput:
         """One inference step for `B` environments; `rnn_state` must already be zero at an
-        episode start (this never resets it)."""
+        episode start (this never resets it). Actions are sampled from `generator`."""
         features = self.encoder(obs)
         core_out, new_state = self.core.step(features, rnn_state)
-        return self.act(core_out, new_state, deterministic)
+        return self.act(core_out, new_state, deterministic, generator)
 
-    def act(self, core_out: Tensor, new_state: Tensor, deterministic: bool = False) -> StepOutput:
+    def act(self, core_out: Tensor, new_state: Tensor, deterministic: bool = False,
+            generator: torch.Generator | None = None) -> StepOutput:
         """The heads of one inference step: an action per row of `core_out [B, out]`."""
         dist = self.distribution(core_out)
-        actions = dist.mode() if deterministic else dist.sample()
+        actions = dist.mode() if deterministic else dist.sample(generator)
         return StepOutput(
             actions=actions,
             log_prob=dist.log_prob(actions),

@@ -74,15 +74,19 @@ class ActionDistribution:
         return (self.log_std + 0.5 + _LOG_SQRT_2PI).sum(-1)
 
     @torch.no_grad()
-    def sample(self) -> Tensor:
-        """A random action (no gradient): int64 `[..., heads]` or float `[..., dim]`."""
+    def sample(self, generator: torch.Generator | None = None) -> Tensor:
+        """A random action (no gradient): int64 `[..., heads]` or float `[..., dim]`, drawn from
+        ``generator`` (default: torch's global one)."""
         if self.is_categorical:
             heads = []
             for lp in self.log_probs:
                 flat = lp.exp().reshape(-1, lp.shape[-1])
-                heads.append(torch.multinomial(flat, 1).reshape(lp.shape[:-1]))
+                heads.append(torch.multinomial(flat, 1, generator=generator)
+                             .reshape(lp.shape[:-1]))
             return torch.stack(heads, dim=-1)
-        return self.mean + torch.randn_like(self.mean) * torch.exp(self.log_std)
+        noise = torch.randn(self.mean.shape, generator=generator, dtype=self.mean.dtype,
+                            device=self.mean.device)
+        return self.mean + noise * torch.exp(self.log_std)
 
     def mode(self) -> Tensor:
         """The most likely action (argmax per head, or the mean) for deterministic play."""

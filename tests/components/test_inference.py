@@ -288,3 +288,40 @@ async def test_random_continuous_actions() -> None:
         assert np.isfinite(actions).all() and np.isnan(b["actions"]).sum() == b["actions"].size - 3
         expected = -0.5 * actions**2 - 0.5 * np.log(2 * np.pi)  # standard normal density
         np.testing.assert_allclose(b["log_probs"][slots, ts], expected, rtol=1e-5)
+
+
+async def test_replicas_beside_their_rollout_workers_sample_their_own_actions() -> None:
+    # appo_local_inference.yaml's layout: an inference worker in each rollout process. With the
+    # same weights (a uniform policy) and the same observations, the two must not act alike:
+    # each samples from its own stream.
+    iparams = InferenceWorker.Params(**{f.name: getattr(PARAMS, f.name)
+                                        for f in dataclasses.fields(PARAMS)})
+    processes = (
+        ProcessSpec("rollout", (ActorSpec("rollout", f"{HERE}:FakeRollout", PARAMS),
+                                ActorSpec("inference", "components.inference:InferenceWorker",
+                                          iparams)), 2),
+        ProcessSpec("learner", (ActorSpec("learner", f"{HERE}:FakeLearner", PARAMS),)),
+    )
+    connections = (
+        ConnectionSpec("rollout", "inference_requested", "inference", "on_inference_requested",
+                       "local"),
+        ConnectionSpec("inference", "actions_ready", "rollout", "on_actions_ready", "local"),
+        ConnectionSpec("learner", "weights_updated", "inference", "on_weights_updated"),
+    )
+    async with hosted(Topology("test", "<test>", processes, connections)) as actors:
+        uniform = build_policy(PARAMS)
+        for param in uniform.model.actor.parameters():
+            param.data.zero_()
+        actors["learner"].publish(uniform, 1, announce=False)
+        rows = [(s, t) for s in range(4) for t in range(4)]
+        for i in range(4):
+            for r in (0, 1):
+                actors[f"rollout.{r}"].request(0, rows[4 * i:4 * i + 4], seed=i)
+                await actors[f"rollout.{r}"].wait(i + 1)
+        slots, ts = np.array(rows).T
+        first, second = (actors[f"rollout.{r}"].buffer.numpy["actions"][slots, ts]
+                         for r in (0, 1))
+        assert np.isin(first, (0, 1)).all() and np.isin(second, (0, 1)).all()
+        assert not np.array_equal(first, second)  # equal by chance: 2**-16
+        seeds = {actors[f"inference.{r}"].sampling.initial_seed() for r in (0, 1)}
+        assert len(seeds) == 2
