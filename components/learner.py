@@ -92,7 +92,8 @@ class Learner(PopulationMember):
         keep_checkpoints: int = 3
         """Newest checkpoints kept; older ones are deleted."""
         torch_threads: int = 1
-        """Intra-op threads of torch in this process (the learner owns its core)."""
+        """Intra-op threads of torch in this process (1: the learner owns a core;
+        ``appo_local_inference.yaml`` gives it 2, sharing the rollout processes' cores)."""
         max_bad_updates: int = 5
         """Non-finite updates in a row after which the last good state is put back."""
         good_state_every: int = 20
