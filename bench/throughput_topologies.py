@@ -2,11 +2,11 @@
 
 The sampler topologies take their data-path settings (T, batch size, splits) from
 ``topologies/doom_basic.yaml``, so that the sampler and the full training run collect with the
-same buffers, and its layout (an inference worker in each rollout process); they replace the batcher and learner by ``bench.throughput:TrajectorySink``, which
-hands every finished slot straight back. A case runs under the real ``sfbus run``; its rate is
-read from the stats actor's ``progress.jsonl`` over a window that starts ``warmup`` seconds after
-the first frames, and every process of the run (VizDoom engines included) is sampled from
-``/proc`` at the window's two ends.
+same buffers, and its layout (an inference worker in each rollout process); they replace the
+batcher and learner by ``bench.throughput:TrajectorySink``, which hands every finished slot
+straight back. A case runs under the real ``sfbus run``; its rate is read from the stats actor's
+``progress.jsonl`` over a window that starts ``warmup`` seconds after the first frames, and every
+process of the run (VizDoom engines included) is sampled from ``/proc`` at the window's two ends.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 Inside the process an emission becomes ``loop.call_soon(slot, payload)``. Towards another process
 it is appended to that peer's outbox; the outbox is encoded as one data frame (see
 :mod:`sfbus.frames`) at the end of the loop iteration, or as soon as it is full, and sent with a
-non-blocking send on a ZeroMQ PUSH socket (an actor's ``send_now`` sends it at once; a connection's
-``coalesce_s`` lets its deliveries wait that long for the next frame). Each process binds one PULL socket; its receive loop
-awaits readiness and then drains with non-blocking receives, which is what keeps a flood from
-stalling the socket's edge-triggered notification.
+non-blocking send on a ZeroMQ PUSH socket (an actor's ``send_now`` sends it at once; a
+connection's ``coalesce_s`` lets its deliveries wait that long for the next frame). Each process
+binds one PULL socket; its receive loop awaits readiness and then drains with non-blocking
+receives, which is what keeps a flood from stalling the socket's edge-triggered notification.
 """
 
 from __future__ import annotations

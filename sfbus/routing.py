@@ -14,7 +14,7 @@ from sfbus.errors import TopologyError
 from sfbus.messages import Message
 from sfbus.shm import ArraySpec
 from sfbus.topology import import_actor_class
-from sfbus.topology.model import ActorSpec, ProcessSpec, Topology
+from sfbus.topology.model import ActorSpec, Location, ProcessSpec, Topology
 
 
 def instance_name(name: str, replica: int, replicas: int) -> str:
@@ -103,13 +103,9 @@ class RoutingTable:
                 if conn.mode == "local":
                     targets = [t for t in targets if t.process == source.process]
                     if not targets:
-                        where = conn.location
-                        raise TopologyError(
-                            f"mode local: {source.name} has no {conn.target} in its process "
-                            f"{source.process}", file=where.file if where else topology.path,
-                            line=where.line if where else None,
-                            column=where.column if where else None,
-                            key=f"connection {conn.source}.{conn.signal}")
+                        raise _error_at(f"mode local: {source.name} has no {conn.target} in its "
+                                        f"process {source.process}", conn.location,
+                                        topology.path, f"connection {conn.source}.{conn.signal}")
                 for target in targets:
                     edge = Edge(len(edges), source.name, conn.signal, target.name, conn.slot,
                                 target.process, payload, conn.coalesce_s)
@@ -131,11 +127,8 @@ class RoutingTable:
                 specs.extend(actor.cls.shared_arrays(actor.name, actor.spec.params,
                                                      self.topology))
             except ValueError as error:
-                where = actor.spec.location
-                raise TopologyError(
-                    str(error), file=where.file if where else self.topology.path,
-                    line=where.line if where else None, column=where.column if where else None,
-                    key=f"actor {actor.spec.name!r}") from None
+                raise _error_at(str(error), actor.spec.location, self.topology.path,
+                                f"actor {actor.spec.name!r}") from None
         return specs
 
     def edges_into(self, process: str) -> dict[int, Edge]:
@@ -157,3 +150,10 @@ class RoutingTable:
             for e in self.edges
             if self.actors[e.source].process == process and e.process != process
         }
+
+
+def _error_at(message: str, where: Location | None, file: str, key: str) -> TopologyError:
+    """A TopologyError at ``where`` in the topology (or naming only ``file`` when unknown)."""
+    return TopologyError(message, file=where.file if where else file,
+                         line=where.line if where else None,
+                         column=where.column if where else None, key=key)

@@ -52,6 +52,7 @@ def test_impossible_sizes_are_bad_input(capsys: pytest.CaptureFixture[str]) -> N
     line = next(n for n, text in enumerate(base, 1) if text.strip().startswith("rollout: {class"))
     assert main(["validate", str(topologies / "doom_basic_sync.yaml"), "--set", "num_envs=6"]) == 2
     assert capsys.readouterr().err == (
-        f"error: {topologies / 'appo_local_inference.yaml'}:{line}:7: actor 'rollout': sync mode: batch_size 1024 "
+        f"error: {topologies / 'appo_local_inference.yaml'}:{line}:7: actor 'rollout': "
+        "sync mode: batch_size 1024 "
         "must be a multiple of rollout x agents = 32 x 12 (every agent of every worker "
         "contributes the same number of trajectories)\n")
