@@ -171,12 +171,10 @@ async def test_garbage_on_the_socket_is_counted_not_fatal() -> None:
 
 
 async def test_coalesced_deliveries_wait_for_the_next_frame() -> None:
-    # Pings on a coalescing connection wait (up to 0.3 s) for a frame to the same process; the
+    # Pings on a coalescing connection wait (up to 1 s) for a frame to the same process; the
     # pongs are sent as usual. Order holds either way.
-    wires = [("pinger.ping", "ponger.on_ping", "broadcast"),
-             ("ponger.pong", "pinger.on_pong", "broadcast")]
-    topology = make_topology(PING_PONG, wires)
-    lazy = dataclasses.replace(topology.connections[0], coalesce_s=0.3)
+    topology = make_topology(PING_PONG, WIRES)
+    lazy = dataclasses.replace(topology.connections[0], coalesce_s=1.0)
     topology = dataclasses.replace(topology, connections=(lazy, topology.connections[1]))
     async with hosted(topology, "ipc") as actors:
         pinger = actors["pinger"]
