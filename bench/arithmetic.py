@@ -62,7 +62,8 @@ class LearnerStep:
         marks = [time.perf_counter()]
         stats = self.normalizer.stats["obs"]
         stats.update(self.raw[:, : self.steps : 8])  # as the learner: every 8th step's frames
-        obs = {"obs": stats.normalize(self.raw)}
+        image_dtype = self.model.encoder.compute_dtype(self.raw.device)  # as the learner
+        obs = {"obs": stats.normalize(self.raw, image_dtype)}
         marks.append(time.perf_counter())
         loss, _ = appo_loss(self.model, {**self.batch, "obs": obs}, AppoConfig(), self.returns)
         marks.append(time.perf_counter())

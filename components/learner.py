@@ -258,8 +258,10 @@ class Learner(PopulationMember):
                 stride = 1 if obs[key].is_floating_point() else _IMAGE_STAT_STRIDE
                 rms.update(obs[key][:, : p.rollout : stride])
         # Always through the normalizer, as inference does: without updates its statistics stay
-        # at mean 0, variance 1 (images then come out as x / 255).
-        obs = {k: stats[k].normalize(v) if k in stats else v for k, v in obs.items()}
+        # at mean 0, variance 1 (images then come out as x / 255). Images come out in the
+        # encoder's compute dtype, so it has no cast of its own to make.
+        image_dtype = self.policy.model.encoder.compute_dtype(torch.device("cpu"))
+        obs = {k: stats[k].normalize(v, image_dtype) if k in stats else v for k, v in obs.items()}
         valids = self.valid_steps(batch)  # another policy's steps only feed V-trace
         data = {"obs": obs, "rnn_states": batch["rnn"], "actions": batch["actions"],
                 "log_probs": batch["log_probs"], "values": batch["values"],

@@ -73,10 +73,11 @@ class MlpEncoder(nn.Module):
 
 
 def to_float(x: Tensor) -> Tensor:
-    """uint8 images to float in [0, 1]; anything else to float32 unchanged."""
+    """uint8 images to float32 in [0, 1], other integers to float32, floats unchanged (the
+    learner hands over images already normalized into the encoder's compute dtype)."""
     if x.dtype == torch.uint8:
         return x.float() * (1.0 / 255.0)
-    return x.float()
+    return x if x.is_floating_point() else x.float()
 
 
 class ObsEncoder(nn.Module):
@@ -113,12 +114,16 @@ class ObsEncoder(nn.Module):
             )
             self.out_size += self.measurements.out_size
 
+    def compute_dtype(self, device: torch.device) -> torch.dtype:
+        """The dtype the main encoder computes in on ``device``: images fed in it skip a cast."""
+        return torch.bfloat16 if uses_bf16(self.precision, device) else torch.float32
+
     def keep_weights_in_compute_dtype(self, device: torch.device) -> None:
         """Store the weights in bfloat16 when they are used in bfloat16 on ``device``: for
         inference, where autocast would otherwise cast every weight on every forward pass (the
         conv stack's 6.4M-weight FC layer makes that ~15% of a small batch's time). Not for
         training: the optimizer needs float32 weights."""
-        if uses_bf16(self.precision, device):
+        if self.compute_dtype(device) == torch.bfloat16:
             self.to(torch.bfloat16)
 
     def forward(self, obs: dict[str, Tensor]) -> Tensor:

@@ -28,6 +28,19 @@ def test_running_stats_equal_numpy_over_concatenated_batches(sizes, seed):
     assert rms.count.item() == data.shape[0]
 
 
+def test_image_statistics_equal_numpy_across_chunks():
+    # uint8 moments come from float32 sums in chunks of 258 rows: 700 frames make three
+    frames = torch.randint(0, 256, (700, 2, 3), dtype=torch.uint8)
+    frames[:, 0, 0] = 9  # a pixel that never changes has variance 0 exactly
+    rms = RunningMeanStd((2, 3), scale=1 / 255)
+    rms.update(frames[:100])
+    rms.update(frames[100:])
+    pixels = frames.numpy().astype(np.float64) / 255
+    np.testing.assert_allclose(rms.mean.numpy(), pixels.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(rms.var.numpy(), pixels.var(0), rtol=1e-9, atol=1e-15)
+    assert rms.var[0, 0].item() == 0.0
+
+
 def test_normalize_clips_and_denormalize_inverts():
     rms = RunningMeanStd((), clip=2.0)
     rms.update(torch.tensor([0.0, 2.0, 4.0, 6.0]))  # mean 3, var 5
@@ -103,18 +116,37 @@ def test_image_normalization_follows_statistics_copied_in_place():
     assert not torch.equal(first, second)
 
 
+def _image_stats(shape: tuple[int, ...]) -> RunningMeanStd:
+    """Per-pixel statistics with random means and variances, as the learner has them."""
+    stats = ObsNormalizer({"obs": (shape, "uint8")}).eval().stats["obs"]
+    with torch.no_grad():
+        stats.mean.copy_(torch.rand(shape, dtype=torch.float64))
+        stats.var.copy_(torch.rand(shape, dtype=torch.float64) * 0.1)
+    return stats
+
+
 @pytest.mark.parametrize("frames", [4, 300])
 def test_image_batches_of_any_size_normalize_to_the_same_values(frames):
     # from 256 frames on, normalize computes channels-last and returns a [N, C, H, W] view
-    norm = ObsNormalizer({"obs": ((3, 4, 5), "uint8")}).eval()
-    stats = norm.stats["obs"]
-    with torch.no_grad():
-        stats.mean.copy_(torch.rand(3, 4, 5, dtype=torch.float64))
-        stats.var.copy_(torch.rand(3, 4, 5, dtype=torch.float64) * 0.1)
+    stats = _image_stats((3, 4, 5))
     batch = torch.randint(0, 256, (frames, 3, 4, 5), dtype=torch.uint8)
-    out = norm({"obs": batch})["obs"]
+    out = stats.normalize(batch)
     std = torch.sqrt(stats.var + ObsNormalizer.IMAGE_EPS)
     expected = ((batch.double() / 255 - stats.mean) / std).clamp(-5, 5).float()
     torch.testing.assert_close(out, expected)
     assert out.shape == batch.shape
     assert out.is_contiguous(memory_format=torch.channels_last) == (frames >= 256)
+
+
+@pytest.mark.parametrize("frames", [4, 300])
+def test_images_normalize_into_bfloat16_as_float32_values_rounded(frames):
+    # the learner asks for its encoder's dtype; a doom-sized frame makes the channels-last path
+    # run in several chunks, the last one partial
+    stats = _image_stats((3, 72, 128))
+    batch = torch.randint(0, 256, (2, frames // 2 + 1, 3, 72, 128), dtype=torch.uint8)
+    out, out32 = stats.normalize(batch, torch.bfloat16), stats.normalize(batch)
+    assert out.dtype == torch.bfloat16 and out.shape == batch.shape
+    assert torch.equal(out, out32.to(torch.bfloat16))
+    std = torch.sqrt(stats.var + ObsNormalizer.IMAGE_EPS)
+    expected = ((batch.double() / 255 - stats.mean) / std).clamp(-5, 5).float()
+    torch.testing.assert_close(out32, expected)
