@@ -24,6 +24,7 @@ from bench import throughput
 from bench.report import write_section
 from components.algo import AppoConfig, ObsNormalizer, ReturnsNormalizer, appo_loss
 from components.config import DataPathParams
+from components.heap import keep_freed_memory
 from components.models import ActorCritic, ModelConfig
 from components.policy import build_policy
 
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-docs", action="store_true", help="rewrite the docs section")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    keep_freed_memory()  # as the learner
     steps = {p: LearnerStep(p) for p in PRECISIONS}
     learner = median_times({p: s.run for p, s in steps.items()}, args.repeats)
     samples = steps["float32"].samples

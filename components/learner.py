@@ -44,6 +44,7 @@ from components.checkpoint import (
 from components.config import DataPathParams
 from components.distributed import Peers, check_supported, join_peers, record_batch
 from components.envs import env_spec
+from components.heap import keep_freed_memory
 from components.learner_faults import NumericsGuard, restore_published
 from components.messages import (
     BatchReady,
@@ -150,6 +151,7 @@ class Learner(PopulationMember):
         """Create the policy (train mode), the returns normalizer and Adam; no shared memory."""
         p, cfg = self.params, self.params.appo
         torch.set_num_threads(p.torch_threads)
+        keep_freed_memory()
         self.spec = env_spec(p.env, **p.env_kwargs)
         self.policy: Policy = build_policy(p).train()
         self.returns_normalizer = ReturnsNormalizer() if cfg.normalize_returns else None
