@@ -47,7 +47,7 @@ class LearnerStep:
 
     def __init__(self, precision: str, trajectories: int = 32, steps: int = 32) -> None:
         self.model = make_model(precision)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4, fused=True)
         self.normalizer = ObsNormalizer({"obs": (IMAGE, "uint8")})
         self.returns = ReturnsNormalizer()
         b, t = trajectories, steps
