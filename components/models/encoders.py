@@ -13,11 +13,9 @@ from components.models.precision import uses_bf16
 CONV_SIMPLE_FILTERS: tuple[tuple[int, int, int], ...] = ((32, 8, 4), (64, 4, 2), (128, 3, 2))
 
 
-def activation(name: str, inplace: bool = False) -> nn.Module:
-    """The nonlinearity module called `name` (ELU and ReLU may overwrite their input)."""
-    if name == "tanh":
-        return nn.Tanh()
-    return {"elu": nn.ELU, "relu": nn.ReLU}[name](inplace=inplace)
+def activation(name: str) -> nn.Module:
+    """The nonlinearity module called `name`."""
+    return {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}[name]()
 
 
 def mlp(in_size: int, widths: tuple[int, ...], nonlinearity: str) -> nn.Sequential:
@@ -37,20 +35,16 @@ class ConvSimpleEncoder(nn.Module):
         self.obs_shape = tuple(obs_shape)
         layers: list[nn.Module] = []
         channels = obs_shape[0]
-        # Activations in place: the backward of a conv or linear layer needs its input, not its
-        # output, and ELU's backward works from its result; a learner step then writes one
-        # activation-sized tensor less per layer (36 MB for the first conv; backward -4%).
         for out_channels, kernel, stride in CONV_SIMPLE_FILTERS:
             layers += [
                 nn.Conv2d(channels, out_channels, kernel, stride),
-                activation(cfg.nonlinearity, inplace=True),
+                activation(cfg.nonlinearity),
             ]
             channels = out_channels
         self.conv = nn.Sequential(*layers)
         with torch.no_grad():
             conv_out = self.conv(torch.zeros(1, *obs_shape)).numel()
-        self.fc = nn.Sequential(nn.Linear(conv_out, cfg.hidden),
-                                activation(cfg.nonlinearity, inplace=True))
+        self.fc = nn.Sequential(nn.Linear(conv_out, cfg.hidden), activation(cfg.nonlinearity))
         self.out_size = cfg.hidden
 
     def forward(self, x: Tensor) -> Tensor:
