@@ -73,11 +73,11 @@ class MlpEncoder(nn.Module):
 
 
 def to_float(x: Tensor) -> Tensor:
-    """uint8 images to float32 in [0, 1], other integers to float32, floats unchanged (the
-    learner hands over images already normalized into the encoder's compute dtype)."""
+    """uint8 images to float32 in [0, 1], bfloat16 unchanged (the learner's images, normalized
+    into the encoder's compute dtype), anything else to float32."""
     if x.dtype == torch.uint8:
         return x.float() * (1.0 / 255.0)
-    return x if x.is_floating_point() else x.float()
+    return x if x.dtype == torch.bfloat16 else x.float()
 
 
 class ObsEncoder(nn.Module):

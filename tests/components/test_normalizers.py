@@ -149,4 +149,5 @@ def test_images_normalize_into_bfloat16_as_float32_values_rounded(frames):
     assert torch.equal(out, out32.to(torch.bfloat16))
     std = torch.sqrt(stats.var + ObsNormalizer.IMAGE_EPS)
     expected = ((batch.double() / 255 - stats.mean) / std).clamp(-5, 5).float()
-    torch.testing.assert_close(out32, expected)
+    # float32 rounding of offset + x * scale, whose terms reach hundreds for low-variance pixels
+    torch.testing.assert_close(out32, expected, rtol=1e-4, atol=1e-4)
