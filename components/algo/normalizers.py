@@ -62,8 +62,8 @@ class RunningMeanStd(nn.Module):
                 var = values.square_().sum(0).double() / len(part) - mean.square()
                 self._merge(mean * self.scale, var * self.scale**2, len(part))
             return
-        # Moments per chunk of ~4M values, merged exactly: one float64 copy of a big batch
-        # would not fit in cache, nor, for a batch of images, in much less than a gigabyte.
+        # Moments per chunk of ~4M values, merged exactly: a float64 copy of a whole big batch
+        # would take hundreds of megabytes.
         rows = max(1, (1 << 22) // max(1, batch[:1].numel()))
         for part in batch.split(rows):
             var, mean = torch.var_mean(part.double(), dim=0, correction=0)
