@@ -85,19 +85,20 @@ class RunningMeanStd(nn.Module):
         if not x.is_floating_point():
             # Images, on the hot paths of inference and the learner: one addcmul straight from
             # uint8 into float32, then an in-place clip; no float64 temporaries.
-            scale, offset, _, _ = self._affine()
+            scale, offset, scale_hwc, offset_hwc = self._affine()
             if len(self.shape) != 3 or x.numel() < _CHANNELS_LAST_FROM * scale.numel():
                 return torch.addcmul(offset, x, scale).clamp_(-self.clip, self.clip).to(dtype)
-            return self._normalize_channels_last(x, dtype)
+            return self._normalize_channels_last(x, dtype, scale_hwc, offset_hwc)
         std = torch.sqrt(self.var + self.eps)
         out = (x.to(torch.float64) * self.scale - self.mean) / std
         return out.clamp(-self.clip, self.clip).to(x.dtype)
 
-    def _normalize_channels_last(self, x: Tensor, dtype: torch.dtype) -> Tensor:
-        """A learner's batch of uint8 `[..., C, H, W]` frames normalized into `dtype`, computed
-        channels-last and returned as a `[..., C, H, W]` view: the layout oneDNN's convolutions
-        want, so the encoder uses it as it is (~50 ms less of a 1024-sample step)."""
-        _, _, scale_hwc, offset_hwc = self._affine()
+    def _normalize_channels_last(self, x: Tensor, dtype: torch.dtype, scale_hwc: Tensor,
+                                 offset_hwc: Tensor) -> Tensor:
+        """A learner's batch of uint8 `[..., C, H, W]` frames normalized into `dtype` by the
+        `[H, W, C]` factors, computed channels-last and returned as a `[..., C, H, W]` view: the
+        layout oneDNN's convolutions want, so the encoder uses it as it is (~50 ms less of a
+        1024-sample step)."""
         frames = x.reshape(-1, *self.shape).movedim(1, -1)
         out = torch.empty(frames.shape, dtype=dtype)
         # Chunk by chunk (transposing read, addcmul, clip, then the rounding copy) while the
