@@ -66,12 +66,16 @@ class _Rows:
         self.index = np.empty((layout.splits, layout.rows_per_split), np.int64)
         self.index_torch = torch.from_numpy(self.index)
 
-    def flat_index(self, split: int, count: int, offset: int = 0) -> Tensor:
+    def flat_index(self, split: int, count: int, offset: int = 0) -> np.ndarray:
         """``slot * (T+1) + t`` of the request's rows, in this split's reused index buffer."""
         table = self.requests[split, offset:offset + count]
         index = self.index[split, offset:offset + count]
         np.multiply(table[:, 0], self.steps, out=index)
         np.add(index, table[:, 1], out=index)
+        return index
+
+    def torch_index(self, split: int, count: int, offset: int = 0) -> Tensor:
+        """The index :meth:`flat_index` wrote, as a tensor sharing its memory."""
         return self.index_torch[split, offset:offset + count]
 
 
@@ -266,12 +270,12 @@ class InferenceWorker(Actor):
         if served.model is None:
             self._random(served, requests, indices, total)
         else:
-            self._forward(served, requests, indices, total)
+            self._forward(served, requests, total)
         self.m_rows.observe(total)
 
-    def _forward(self, served: _Served, requests: list[InferenceRequest], indices: list[Tensor],
-                 total: int) -> None:
+    def _forward(self, served: _Served, requests: list[InferenceRequest], total: int) -> None:
         assert served.model is not None
+        indices = [self.rows[r.worker].torch_index(r.split, r.count, r.offset) for r in requests]
         obs, rnn = self._batch(total)
         start = 0
         for r, index in zip(requests, indices, strict=True):
@@ -297,19 +301,19 @@ class InferenceWorker(Actor):
                     rows.rnn.index_copy_(0, index.add_(1), out.rnn_state[start:end])
                 start = end
 
-    def _random(self, served: _Served, requests: list[InferenceRequest], indices: list[Tensor],
-                total: int) -> None:
+    def _random(self, served: _Served, requests: list[InferenceRequest],
+                indices: list[np.ndarray], total: int) -> None:
         actions, log_probs = self.spec.random_actions(self.rng, total)
         start = 0
         for r, index in zip(requests, indices, strict=True):
             rows, end = self.rows[r.worker].np, start + r.count
-            flat = index.numpy()
-            rows["actions"][flat] = actions[start:end]
-            rows["log_probs"][flat] = log_probs[start:end]
-            rows["values"][flat] = 0.0
-            rows["versions"][flat] = served.version
+            rows["actions"][index] = actions[start:end]
+            rows["log_probs"][index] = log_probs[start:end]
+            rows["values"][index] = 0.0
+            rows["versions"][index] = served.version
             if self.state_size:
-                rows["rnn"][flat + 1] = 0.0  # a random policy has no state
+                # A random policy has no state. The index buffer is ours: shift it in place.
+                rows["rnn"][np.add(index, 1, out=index)] = 0.0
             start = end
 
     def _batch(self, rows: int) -> tuple[dict[str, Tensor], Tensor]:

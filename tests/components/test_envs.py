@@ -240,3 +240,14 @@ def test_env_spec_validation():
         EnvSpec({"obs": ObsField((1,), "float32")})
     with pytest.raises(TypeError):
         ObsField((1,), "unit8")
+
+
+def test_random_actions_are_uniform_over_every_head():
+    spec = EnvSpec({"obs": ObsField((1,), "float32")}, action_heads=(3, 1, 8))
+    actions, log_probs = spec.random_actions(np.random.default_rng(0), 24_000)
+    assert actions.dtype == np.int64 and actions.shape == (24_000, 3)
+    for head, n in enumerate(spec.action_heads):
+        counts = np.bincount(actions[:, head], minlength=n)
+        assert len(counts) == n  # nothing drawn at or past the head's size
+        np.testing.assert_allclose(counts / len(actions), 1 / n, atol=0.01)
+    np.testing.assert_allclose(log_probs, -math.log(3 * 1 * 8))
