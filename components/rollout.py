@@ -162,6 +162,7 @@ class RolloutWorker(WorkerFaults, Actor):
         p, na, rps = self.params, self.num_agents, self.rows_per_split
         fields = self.buffer.numpy
         self._obs = self.buffer.obs_numpy()
+        self._obs_fields = tuple(self._obs.items())
         self._rnn, self._actions = fields["rnn"], fields["actions"]
         self._rewards, self._dones, self._policies = (fields["rewards"], fields["dones"],
                                                       fields["policies"])
@@ -243,20 +244,19 @@ class RolloutWorker(WorkerFaults, Actor):
         else:  # env by env: the split's slots may lie anywhere in the [slot, t] layout
             slots = slots_view.tolist()
             e0 = s * self.envs_per_split
-            for i in range(self.envs_per_split):
-                e = e0 + i
-                a = i * na
+            for i, env in enumerate(self.envs[e0:e0 + self.envs_per_split]):
+                e, a = e0 + i, i * na
                 out = self._obs_out(e, slots, a, t1)
                 try:
-                    r, term, trunc, infos = self.envs[e].step_into(actions[a:a + na], out)
+                    r, term, trunc, infos = env.step_into(actions[a:a + na], out)
                 except EnvError as error:
                     self._recreate(e, out, error)
                     r, term, trunc, infos = self._failed_step
-                self._commit_obs(out, slots, a, t1)
                 if na == 1:  # scalar writes beat slice writes for the common single-agent env
                     rewards[a] = r[0]
                     done = dones[a] = term[0] or trunc[0]
                 else:
+                    self._commit_obs(out, slots, a, t1)
                     rewards[a:a + na] = r
                     np.logical_or(term, trunc, out=dones[a:a + na])
                     done = dones[a:a + na].any()
@@ -288,15 +288,16 @@ class RolloutWorker(WorkerFaults, Actor):
 
     def _obs_out(self, e: int, slots: list[int], a: int, t: int) -> dict[str, np.ndarray]:
         """Where env ``e`` (agents at ``slots[a:]``) writes: its shared row, or its scratch."""
-        if self.num_agents == 1:
-            row = slots[a]
-            return {k: arr[row:row + 1, t] for k, arr in self._obs.items()}
-        return self._scratch[e]
+        if self.num_agents > 1:
+            return self._scratch[e]
+        row = slots[a]
+        out: dict[str, np.ndarray] = {}
+        for k, arr in self._obs_fields:  # a loop: in Python 3.11 a comprehension is a call
+            out[k] = arr[row:row + 1, t]
+        return out
 
     def _commit_obs(self, out: dict[str, np.ndarray], slots: list[int], a: int, t: int) -> None:
         """Scatter a multi-agent env's scratch rows to its agents' slots at step ``t``."""
-        if self.num_agents == 1:
-            return  # already written in place
         env_slots = slots[a:a + self.num_agents]
         for k, arr in self._obs.items():
             arr[env_slots, t] = out[k]
