@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import multiprocessing as mp
 import os
+import queue
 import sys
 import tempfile
 import time
@@ -123,6 +124,22 @@ def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: 
         m.close()
 
 
+def _wait_ready(ready: Any, procs: list[Any], timeout: float = 300.0) -> list[tuple[int, int]]:
+    """Every process's (index, frameskip) once its envs are made; fails as soon as one died."""
+    found: list[tuple[int, int]] = []
+    deadline = time.monotonic() + timeout
+    while len(found) < len(procs):
+        try:
+            found.append(ready.get(timeout=1.0))
+        except queue.Empty:
+            if died := [p.exitcode for p in procs if p.exitcode is not None]:
+                raise RuntimeError(f"a simulation process exited with code {died[0]} before its "
+                                   f"envs were ready (its error is above)") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"simulation processes not ready after {timeout:g} s") from None
+    return found
+
+
 def pure_simulation(env: str, workers: int, envs: int, warmup: float, seconds: float,
                     env_kwargs: dict[str, Any] | None = None) -> tt.Window:
     """``workers`` pinned processes stepping their envs with random actions, measured."""
@@ -136,7 +153,7 @@ def pure_simulation(env: str, workers: int, envs: int, warmup: float, seconds: f
     for p in procs:
         p.start()
     try:
-        frameskips = [f for _, f in sorted(ready.get(timeout=300) for _ in procs)]
+        frameskips = [f for _, f in sorted(_wait_ready(ready, procs))]
         startup = time.monotonic() - started
 
         def frames_now() -> tuple[float, int]:
