@@ -241,7 +241,9 @@ class RolloutWorker(WorkerFaults, Actor):
             obs = {k: arr[at1] for k, arr in self._obs.items()}
             for a, infos in self.vectors[s].step_into(actions, obs, rewards, dones):
                 self._episodes_ended(lo + a, infos)
+            any_done = dones.any()  # an env that failed is done without an episode to report
         else:  # env by env: the split's slots may lie anywhere in the [slot, t] layout
+            any_done = False
             slots = slots_view.tolist()
             e0 = s * self.envs_per_split
             for i, env in enumerate(self.envs[e0:e0 + self.envs_per_split]):
@@ -261,18 +263,19 @@ class RolloutWorker(WorkerFaults, Actor):
                     np.logical_or(term, trunc, out=dones[a:a + na])
                     done = dones[a:a + na].any()
                 if done:
+                    any_done = True
                     self._episodes_ended(lo + a, infos)
         self._rewards[at] = rewards
         self._dones[at] = dones
-        self._policies[at] = self.agent_policy[lo:lo + rps]
-        if self.population is not None:
+        if self.population is not None:  # one policy: written once per slot (_resume_paused)
+            self._policies[at] = self.agent_policy[lo:lo + rps]
             self.population.count_frames(s, self.spec.frameskip)
             # After recording who acted at t: the next episodes' policies act from t + 1.
             if self.population.ended:
                 for row in self.population.switch():
                     if row % na == 0:
                         self._apply_shaping(row // na)
-        if dones.any():
+        if any_done:
             # forward_step never resets state: a new episode starts from zeros, overwriting the
             # state the inference worker already wrote at t+1.
             self._rnn[self.buffer.at(slots_view[dones], t1)] = 0.0
@@ -346,7 +349,8 @@ class RolloutWorker(WorkerFaults, Actor):
                 self.inference_requested.emit(
                     InferenceRequest(self.worker, s, count, policy, offset, seq), key=policy)
             return
-        rows[:rps, 0] = self.row_slots[s * rps:(s + 1) * rps]
+        if self.t[s] == 0:  # a split's slots change only when it takes fresh ones, at t = 0
+            rows[:rps, 0] = self.row_slots[s * rps:(s + 1) * rps]
         rows[:rps, 1] = self.t[s]
         self.awaiting[s] = 1
         self.inference_requested.emit(InferenceRequest(self.worker, s, rps, self.params.policy,
@@ -386,6 +390,9 @@ class RolloutWorker(WorkerFaults, Actor):
             self.stages.filling(fresh)
             lo = s * rps
             self.row_slots[lo:lo + rps] = fresh
+            if self.population is None:  # every step of the slot is acted on by the same policy
+                self._policies[self.buffer.at(self._rows(s), slice(None))] = \
+                    self.agent_policy[lo:lo + rps, None]
             at = self.buffer.at(self._rows(s), 0)
             for k, arr in self._obs.items():
                 arr[at] = self._carry_obs[s][k]

@@ -187,7 +187,7 @@ def rows_by_trajectory(inference: StandInInference, collector: StandInCollector,
 
 
 def check_replay(env: str, env_kwargs: dict[str, Any], per_row: dict[int, list[dict]],
-                 na: int, trajectories: int) -> None:
+                 na: int, trajectories: int, policy: int = 0) -> None:
     """Replay each env of worker 0 with the recorded actions; every row must match step by step."""
     for e in range(4):
         rows = range(e * na, (e + 1) * na)
@@ -205,7 +205,7 @@ def check_replay(env: str, env_kwargs: dict[str, Any], per_row: dict[int, list[d
                 assert np.array_equal([x["rewards"][t] for x in trajs], rewards)
                 done = term | trunc
                 assert np.array_equal([x["dones"][t] for x in trajs], done)
-                assert all(x["policies"][t] == 0 and x["versions"][t] == 7 for x in trajs)
+                assert all(x["policies"][t] == policy and x["versions"][t] == 7 for x in trajs)
                 # State after a done is zeroed; otherwise it is what inference wrote.
                 state = np.where(done[:, None], 0.0, np.full((na, 4), rnn_marker(t + 1),
                                                              np.float32))
@@ -218,7 +218,8 @@ def check_replay(env: str, env_kwargs: dict[str, Any], per_row: dict[int, list[d
                                               ("toy_multi_agent", {"episode_length": 5})])
 async def test_trajectories_match_a_replayed_env(transport: str, env: str,
                                                  env_kwargs: dict[str, Any]) -> None:
-    topo = topology(env=env, env_kwargs=env_kwargs)
+    policy = 2  # not 0, what fresh shared memory holds: the worker must write it
+    topo = topology(env=env, env_kwargs=env_kwargs, policy=policy)
     async with hosted(topo, transport) as actors:
         worker, inference, collector = actors["rollout"], actors["inference"], actors["collector"]
         agents = 4 * worker.num_agents
@@ -228,10 +229,11 @@ async def test_trajectories_match_a_replayed_env(transport: str, env: str,
         splits = [s for s, _ in inference.log]
         assert splits[:12] == [0, 1] * 6
 
-    check_replay(env, env_kwargs, per_row, worker.num_agents, trajectories=3)
+    check_replay(env, env_kwargs, per_row, worker.num_agents, trajectories=3, policy=policy)
     if env == "toy_multi_agent":
         assert collector.episodes
-        assert all(m.length == 5 and m.frames == 5 and m.policy == 0 for m in collector.episodes)
+        assert all(m.length == 5 and m.frames == 5 and m.policy == policy
+                   for m in collector.episodes)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
