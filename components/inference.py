@@ -61,10 +61,9 @@ class _Rows:
                    for name in ("rnn", "actions", "log_probs", "values", "versions")}
         # One index buffer per split: a split has at most one request in flight (its worker waits
         # for the actions before stepping it again), so reusing it within a batch is safe. It is
-        # computed in numpy (a few rows: torch's per-call overhead would dominate) and read by
-        # the model's gathers through a torch view of the same memory.
+        # computed in numpy (a few rows: torch's per-call overhead would dominate); the model's
+        # gathers read it through torch.from_numpy, a view of the same memory.
         self.index = np.empty((layout.splits, layout.rows_per_split), np.int64)
-        self.index_torch = torch.from_numpy(self.index)
 
     def flat_index(self, split: int, count: int, offset: int = 0) -> np.ndarray:
         """``slot * (T+1) + t`` of the request's rows, in this split's reused index buffer."""
@@ -73,10 +72,6 @@ class _Rows:
         np.multiply(table[:, 0], self.steps, out=index)
         np.add(index, table[:, 1], out=index)
         return index
-
-    def torch_index(self, split: int, count: int, offset: int = 0) -> Tensor:
-        """The index :meth:`flat_index` wrote, as a tensor sharing its memory."""
-        return self.index_torch[split, offset:offset + count]
 
 
 @dataclass
@@ -270,12 +265,13 @@ class InferenceWorker(Actor):
         if served.model is None:
             self._random(served, requests, indices, total)
         else:
-            self._forward(served, requests, total)
+            self._forward(served, requests, indices, total)
         self.m_rows.observe(total)
 
-    def _forward(self, served: _Served, requests: list[InferenceRequest], total: int) -> None:
+    def _forward(self, served: _Served, requests: list[InferenceRequest],
+                 flat_indices: list[np.ndarray], total: int) -> None:
         assert served.model is not None
-        indices = [self.rows[r.worker].torch_index(r.split, r.count, r.offset) for r in requests]
+        indices = [torch.from_numpy(index) for index in flat_indices]
         obs, rnn = self._batch(total)
         start = 0
         for r, index in zip(requests, indices, strict=True):

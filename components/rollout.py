@@ -162,7 +162,6 @@ class RolloutWorker(WorkerFaults, Actor):
         p, na, rps = self.params, self.num_agents, self.rows_per_split
         fields = self.buffer.numpy
         self._obs = self.buffer.obs_numpy()
-        self._obs_fields = tuple(self._obs.items())
         self._rnn, self._actions = fields["rnn"], fields["actions"]
         self._rewards, self._dones, self._policies = (fields["rewards"], fields["dones"],
                                                       fields["policies"])
@@ -295,7 +294,7 @@ class RolloutWorker(WorkerFaults, Actor):
             return self._scratch[e]
         row = slots[a]
         out: dict[str, np.ndarray] = {}
-        for k, arr in self._obs_fields:  # a loop: in Python 3.11 a comprehension is a call
+        for k, arr in self._obs.items():  # a loop: in Python 3.11 a comprehension is a call
             out[k] = arr[row:row + 1, t]
         return out
 
