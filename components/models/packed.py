@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from components.models import precision
 from components.models.actor_critic import ActorCritic, StepOutput
 from components.models.encoders import ConvSimpleEncoder
-from components.models.precision import uses_bf16
 
 _CPU = torch.device("cpu")
 # Rows the packed layouts are tuned for: a rollout split of the default run. Any row count works.
@@ -34,12 +34,13 @@ def _mkldnn_ops_available() -> bool:
 
 
 def packable(model: ActorCritic) -> bool:
-    """Whether :class:`PackedStep` can run ``model``: a bfloat16 conv encoder on this CPU over
-    pixels only (``simplified``), a GRU or no core."""
+    """Whether :class:`PackedStep` can run ``model``: a bfloat16 conv encoder over pixels only
+    (``simplified``), a GRU or no core, on a CPU whose oneDNN has bfloat16 kernels."""
     encoder = model.encoder
     return (isinstance(encoder.main, ConvSimpleEncoder) and encoder.measurements is None
             and model.core.kind in ("gru", "none")
-            and uses_bf16(encoder.precision, _CPU) and _mkldnn_ops_available())
+            and precision.uses_bf16(encoder.precision, _CPU) and _mkldnn_ops_available()
+            and precision.onednn_has_bf16())
 
 
 class _PackedConv:

@@ -27,6 +27,19 @@ def cpu_has_fast_bf16() -> bool:
     return bool(_CPU_BF16_FLAGS & set(flags))
 
 
+@functools.cache
+def onednn_has_bf16() -> bool:
+    """True when this torch build's oneDNN has bfloat16 kernels for this CPU (AVX-512 or newer).
+
+    The packed inference step calls oneDNN's bf16 ops directly; on an AVX2-only CPU they do not
+    exist and fail at the first call, while eager bf16 autocast still runs (emulated, slowly).
+    """
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a build without oneDNN, or without the probe
+        return False
+
+
 def uses_bf16(precision: Precision, device: torch.device) -> bool:
     """Whether ``precision`` means bfloat16 autocast on ``device`` (``auto``: where it is fast)."""
     if precision != "auto":

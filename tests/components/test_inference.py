@@ -23,7 +23,7 @@ from components.config import DataPathParams
 from components.inference import InferenceWorker
 from components.messages import ActionsReady, InferenceRequest, WeightsUpdated
 from components.models import ModelConfig
-from components.models.precision import cpu_has_fast_bf16
+from components.models.precision import cpu_has_fast_bf16, onednn_has_bf16
 from components.policy import Policy, build_policy, published_size
 from sfbus import Actor, ArraySpec, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
@@ -218,7 +218,8 @@ async def test_new_weights_are_used_from_the_next_batch() -> None:
 DOOM = dataclasses.replace(PARAMS, env="doom_basic", model=ModelConfig(hidden=32, core_size=16))
 
 
-@pytest.mark.skipif(not cpu_has_fast_bf16(), reason="packed weights need a CPU with bf16 units")
+@pytest.mark.skipif(not cpu_has_fast_bf16(),
+                    reason="precision auto packs only on a CPU with AMX or AVX-512 BF16")
 async def test_packed_weights_are_packed_again_at_each_refresh() -> None:
     async with run(DOOM, deterministic=True) as actors:
         rollout, learner, inference = actors["rollout.0"], actors["learner"], actors["inference"]
@@ -230,6 +231,20 @@ async def test_packed_weights_are_packed_again_at_each_refresh() -> None:
             # bfloat16 rounding apart, the outputs of the weights just published
             check_rows(rollout, ROWS, as_served(actors, DOOM), version, deterministic=True,
                        tolerance=0.05)
+
+
+async def test_forced_bfloat16_serves_on_any_cpu() -> None:
+    # precision: bfloat16 forces bf16 arithmetic; where oneDNN has no bf16 kernels (AVX2 only)
+    # the eager model runs it instead of the packed step, which would fail at its first call.
+    forced = dataclasses.replace(DOOM, model=dataclasses.replace(DOOM.model, precision="bfloat16"))
+    async with run(forced, deterministic=True) as actors:
+        rollout, learner, inference = actors["rollout.0"], actors["learner"], actors["inference"]
+        assert (inference.served[0].model.packed is not None) == onednn_has_bf16()
+        learner.publish(trained_policy(1, forced), 1, announce=False)
+        rollout.request(0, ROWS, seed=5)
+        await rollout.wait(1)
+        check_rows(rollout, ROWS, as_served(actors, forced), 1, deterministic=True,
+                   tolerance=0.05)
 
 
 async def test_requests_of_one_loop_iteration_share_a_forward_pass() -> None:

@@ -9,7 +9,7 @@ import torch
 from torch.distributions import Categorical, Normal
 
 from components.models import ActionDistribution, ActorCritic, ModelConfig
-from components.models.precision import cpu_has_fast_bf16
+from components.models.precision import cpu_has_fast_bf16, onednn_has_bf16
 
 IMAGE = ((3, 72, 128), "uint8")
 HEADS = (3, 3, 2, 2, 2, 8, 21)  # Table A.4
@@ -252,7 +252,8 @@ def _packed_pair(core: str, nonlinearity: str = "elu") -> tuple[ActorCritic, dic
     return ActorCritic({"obs": IMAGE}, (3, 5), None, cfg).eval(), {"obs": IMAGE}
 
 
-@pytest.mark.skipif(not cpu_has_fast_bf16(), reason="packed weights need a CPU with bf16 units")
+@pytest.mark.skipif(not onednn_has_bf16(),
+                    reason="the packed step needs oneDNN's bf16 kernels (AVX-512 or AMX)")
 @pytest.mark.parametrize(("core", "nonlinearity"), [("gru", "elu"), ("none", "elu"),
                                                     ("gru", "relu"), ("gru", "tanh")])
 def test_packed_step_matches_the_float32_step_and_follows_new_weights(
@@ -290,8 +291,14 @@ def test_packed_step_matches_the_float32_step_and_follows_new_weights(
     compare()
 
 
-def test_packable_only_for_the_conv_encoder_with_a_gru_or_no_core() -> None:
+@pytest.mark.parametrize("onednn_bf16", [True, False])
+def test_packable_only_for_the_conv_encoder_with_a_gru_or_no_core(
+        monkeypatch: pytest.MonkeyPatch, onednn_bf16: bool) -> None:
+    from components.models import precision
     from components.models.packed import packable
+
+    # Both kinds of CPU on any machine: oneDNN's bf16 kernels need AVX-512 or AMX.
+    monkeypatch.setattr(precision, "onednn_has_bf16", lambda: onednn_bf16)
 
     def model(**kwargs: object) -> ActorCritic:
         spec = {"obs": IMAGE, "measurements": ((5,), "float32")} \
@@ -299,8 +306,8 @@ def test_packable_only_for_the_conv_encoder_with_a_gru_or_no_core() -> None:
         cfg = ModelConfig(hidden=16, core_size=8, **{"precision": "bfloat16", **kwargs})
         return ActorCritic(spec, (3,), None, cfg)
 
-    assert packable(model()) == cpu_has_fast_bf16()
-    assert packable(model(core="none")) == cpu_has_fast_bf16()
+    assert packable(model()) == onednn_bf16
+    assert packable(model(core="none")) == onednn_bf16
     assert not packable(model(core="lstm"))
     assert not packable(model(architecture="full"))
     assert not packable(model(precision="float32"))
