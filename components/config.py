@@ -41,11 +41,15 @@ class DataPathParams:
     a slice of the buffer with no gather (one policy only, see :mod:`components.batched`)."""
 
     def __post_init__(self) -> None:
+        for name in ("rollout", "num_envs", "num_splits", "batch_size", "num_policies",
+                     "num_batches_to_accumulate"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
         if self.num_envs % self.num_splits:
             raise ValueError(f"num_envs ({self.num_envs}) must be divisible by num_splits "
                              f"({self.num_splits})")
-        if self.num_policies < 1:
-            raise ValueError(f"num_policies must be >= 1, not {self.num_policies}")
         if self.sampling == "batched" and self.num_policies > 1:
             raise ValueError(f"sampling: batched runs one policy per worker, but num_policies is "
                              f"{self.num_policies}; use sampling: non_batched for a population")

@@ -6,11 +6,10 @@ GIL, so the event loop keeps moving signals meanwhile), then the new weights are
 shared memory under version + 1. Checkpoints go to ``<run_dir>/checkpoints/policy_<id>/``; a run
 directory that already holds some resumes from the newest (``sfbus run FILE --resume RUN_DIR``).
 
-The data path's ``rollout`` and ``batch_size`` are authoritative; ``appo.rollout``,
-``appo.batch_size``, ``appo.num_batches_to_accumulate`` and ``appo.normalize_input`` are unused
-here (observation statistics are updated iff ``model.normalize_input``; observations always
-go through the policy's ``ObsNormalizer``, as in inference: vectors by their running statistics,
-uint8 images per pixel).
+Trajectory length and batch size are the data path's (``rollout``, ``batch_size``); observation
+statistics are updated iff ``model.normalize_input``, and observations always go through the
+policy's ``ObsNormalizer``, as in inference: vectors by their running statistics, uint8 images per
+pixel.
 """
 
 from __future__ import annotations

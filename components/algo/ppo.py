@@ -24,10 +24,6 @@ class AppoConfig:
     """Adam epsilon."""
     max_grad_norm: float = 4.0
     """Clip the global gradient norm to this (0 disables)."""
-    rollout: int = 32
-    """Trajectory length T, also the BPTT length."""
-    batch_size: int = 2048
-    """Samples (not trajectories) per SGD step: `batch_size // rollout` trajectories."""
     num_epochs: int = 1
     """Passes over each training batch."""
     num_batches_per_epoch: int = 1
@@ -53,20 +49,13 @@ class AppoConfig:
     """PPO clipped surrogate; off: a plain importance-weighted policy gradient."""
     normalize_returns: bool = True
     """Critic predicts returns normalized by running statistics (`ReturnsNormalizer`)."""
-    normalize_input: bool = True
-    """Observations pass through `ObsNormalizer` (vectors by running statistics, uint8 images
-    per pixel after scaling to [0, 1])."""
     normalize_advantage: bool = True
     """Standardize advantages over each minibatch's valid samples."""
-    num_batches_to_accumulate: int = 2
-    """Async mode: keep collecting until this many training batches wait, then pause sampling."""
     max_policy_lag: int = 100
     """Samples whose policy lag (learner version - behavior version) exceeds this are masked out
     of every loss term (Sample Factory 1.x default 100; they still feed V-trace's recursion)."""
 
     def __post_init__(self) -> None:
-        if self.batch_size % self.rollout:
-            raise ValueError(f"batch_size {self.batch_size} not a multiple of T={self.rollout}")
         if self.ppo_clip_ratio <= 0:
             raise ValueError(f"ppo_clip_ratio must be > 0, got {self.ppo_clip_ratio}")
 

@@ -51,8 +51,6 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
 from sfbus.errors import TopologyError
 from sfbus.topology.model import (
     ActorSpec,
@@ -103,8 +101,9 @@ def apply_override(doc: Document, text: str) -> None:
                             key="extends")
     try:
         value = parse_value(raw)
-    except yaml.YAMLError:
-        raise TopologyError(f"invalid YAML value '{raw}'", file="--set", key=key) from None
+    except TopologyError as error:
+        raise TopologyError(f"invalid value '{raw}': {error.message}", file="--set",
+                            key=key) from None
     if not isinstance(doc.data, dict):
         raise doc.error((), "a topology must be a mapping")
     doc.set(path, value, Where("--set"))
@@ -236,6 +235,7 @@ class _Builder:
         if top.get("run") is not None:
             run = self.dataclass(("run",), RunSettings, None, noun="run setting", owner="")
         processes = self.processes()
+        self.check_settings_used(settings, processes)
         return Topology(
             name=name,
             path=self.doc.file,
@@ -245,6 +245,25 @@ class _Builder:
             run=run,
             document=self.doc.data,
         )
+
+    def check_settings_used(self, settings: dict[str, Any],
+                            processes: tuple[ProcessSpec, ...]) -> None:
+        """Every shared setting must be a parameter of some actor: a misspelt one is an error."""
+        fields = {f.name for p in processes for a in p.actors
+                  for f in dataclasses.fields(a.params)}
+        for key in settings:
+            if key in fields:
+                continue
+            message = f"unknown setting '{key}': no actor of this topology has such a parameter"
+            owner = next((p for p in processes if p.name == key
+                          or any(a.name == key for a in p.actors)), None)
+            if owner is not None:  # '--set learner.x=1' meant an actor's parameter
+                actor = key if any(a.name == key for a in owner.actors) else "ACTOR"
+                message += (f"; an actor's own parameter is set by its path, "
+                            f"processes.{owner.name}.actors.{actor}.params.<name>")
+            else:
+                message += suggest(str(key), sorted(fields))
+            raise self.fail(("settings", key), message, at_key=True)
 
     def dataclass(self, path: KeyPath, cls: type, actor: str | None, *, noun: str,
                   owner: str) -> Any:

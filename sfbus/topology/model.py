@@ -70,13 +70,37 @@ class RunSettings:
     """Supervision settings of a run (the topology's ``run:`` section)."""
 
     heartbeat_interval_s: float = 1.0
+    """Seconds between a process's heartbeats."""
     heartbeat_timeout_s: float = 30.0
+    """A started process silent this long is reported and killed (then restarted)."""
     start_timeout_s: float = 60.0
+    """A process that has not started (Ready, then every ``on_start`` done) in this time is
+    killed (then restarted)."""
     stop_timeout_s: float = 10.0
+    """Seconds a process gets to stop gracefully before it is killed."""
     max_restarts: int = 3
+    """Restarts of one process allowed within ``restart_window_s``; one more fails the run."""
     restart_window_s: float = 60.0
+    """The sliding window the restarts are counted in."""
     metrics_port: int = 0
+    """Serve Prometheus metrics on this TCP port (0: off)."""
     metrics_host: str = "127.0.0.1"
+    """Address the metrics endpoint binds."""
+
+    def __post_init__(self) -> None:
+        for name in ("heartbeat_interval_s", "heartbeat_timeout_s", "start_timeout_s",
+                     "stop_timeout_s", "restart_window_s"):
+            value = getattr(self, name)
+            if not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be a finite number > 0, got {value}")
+        if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
+            raise ValueError(f"heartbeat_timeout_s must be > heartbeat_interval_s "
+                             f"({self.heartbeat_interval_s:g}), got {self.heartbeat_timeout_s:g}")
+        if self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be a TCP port in 0..65535 (0: off), "
+                             f"got {self.metrics_port}")
 
 
 @dataclass(frozen=True)

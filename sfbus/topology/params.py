@@ -93,6 +93,7 @@ def build_dataclass(cls: type, given: Mapping[str, Any],
             raise ParamError(f"unknown {noun} '{key}'{of}{suggest(key, list(types_))}", (key,),
                              at_key=True)
     kwargs: dict[str, Any] = {}
+    source_of: dict[str, str] = {}
     required = required_fields(cls)
     for name, tp in types_.items():
         if name in given:
@@ -109,10 +110,17 @@ def build_dataclass(cls: type, given: Mapping[str, Any],
         except ParamError as error:
             error.source = source
             raise
+        source_of[name] = source
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as error:  # __post_init__ checks of the class itself
+        # A check that names a field first ("num_splits must be >= 1") points at that field.
+        first = str(error).split(" ", 1)[0]
+        if first in source_of:
+            raise ParamError(str(error), (first,), source=source_of[first]) from None
         raise ParamError(f"invalid {cls.__qualname__}: {error}") from None
+    except ArithmeticError as error:  # a check the class forgot, e.g. a division by a zero field
+        raise ParamError(f"invalid {cls.__qualname__}: {type(error).__name__}: {error}") from None
 
 
 def convert(value: Any, tp: Any, path: KeyPath = ()) -> Any:

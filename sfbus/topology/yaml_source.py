@@ -36,11 +36,8 @@ class _Loader(yaml.SafeLoader):
     """
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
+_FLOAT_1_2 = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_1_2, list("-+0123456789"))
 
 
 def format_path(path: KeyPath) -> str:
@@ -51,9 +48,26 @@ def format_path(path: KeyPath) -> str:
     return out
 
 
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper that quotes the strings :class:`_Loader` would read as floats (``'1e3'``), so
+    that a dumped document loads back to the same values."""
+
+
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_1_2, list("-+0123456789"))
+
+# A topology is a few hundred values; a few hundred bytes of nested aliases can expand to
+# billions (the "billion laughs"), so building stops well before that.
+MAX_VALUES = 100_000
+
+
 def parse_value(text: str) -> Any:
     """Parse one YAML scalar or flow value (a ``--set`` right-hand side) like a file would."""
-    return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no arbitrary objects
+    return parse_yaml(text, "--set").data
+
+
+def dump_yaml(data: Any) -> str:
+    """YAML text that :func:`load_yaml` reads back to ``data`` exactly."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
 
 
 @dataclass
@@ -183,6 +197,7 @@ class _Walker:
         self.loader = loader
         self.doc = doc
         self.active: set[int] = set()  # ids of nodes being walked: an alias back to one recurses
+        self.values = 0
 
     def fail(self, node: Node, path: KeyPath, message: str) -> TopologyError:
         where = _where(self.doc.file, node)
@@ -190,6 +205,10 @@ class _Walker:
                              key=format_path(path) or None)
 
     def walk(self, node: Node, path: KeyPath) -> Any:
+        self.values += 1
+        if self.values > MAX_VALUES:
+            raise self.fail(node, path, f"the document expands to more than {MAX_VALUES} values "
+                                        "(nested aliases?)")
         self.doc.value_at[path] = _where(self.doc.file, node)
         if isinstance(node, ScalarNode):
             return self.loader.construct_object(node, deep=True)

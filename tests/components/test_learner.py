@@ -33,7 +33,7 @@ from tests.kernel.conftest import hosted
 T = 8
 SETTINGS = {"env": "gym:CartPole-v1", "rollout": T, "num_envs": 4, "num_splits": 2,
             "batch_size": 64, "model": ModelConfig(core="gru", core_size=16, mlp_layers=(16,))}
-APPO = AppoConfig(rollout=T, batch_size=64, lr=1e-3)
+APPO = AppoConfig(lr=1e-3)
 
 
 class FakeRollout(Actor):

@@ -108,12 +108,70 @@ def test_params_of_every_supported_type(load) -> None:
     assert (params.network.hidden, params.network.activation) == (128, "tanh")
 
 
-def test_defaults_and_unused_settings(load) -> None:
-    topo = load(GOOD.replace("total: 3", "total: 3\n  unused_by_anyone: true"))
+def test_defaults(load) -> None:
+    topo = load(GOOD)
     assert topo.name == "t"
     assert topo.processes[0].actors[0].params.count == 10
-    assert topo.settings == {"total": 3, "unused_by_anyone": True}
+    assert topo.settings == {"total": 3}
     assert topo.run == RunSettings()
+
+
+def test_a_setting_no_actor_reads_is_an_error_with_a_suggestion(load) -> None:
+    text = GOOD.replace("total: 3", "total: 3\n  cont: 5")
+    assert error_of(load, text) == ("t.yaml:3:3: settings.cont: unknown setting 'cont': no actor "
+                                    "of this topology has such a parameter; did you mean 'count'?")
+    assert error_of(load, GOOD, ("totl=4",)) == (
+        "--set: settings.totl: unknown setting 'totl': no actor of this topology has such a "
+        "parameter; did you mean 'total'?")
+
+
+def test_a_setting_named_after_an_actor_points_at_the_actor_parameter_path(load) -> None:
+    # '--set consumer.total=1' lands in settings.consumer, which no actor reads
+    assert error_of(load, GOOD, ("consumer.total=1",)) == (
+        "--set: settings.consumer: unknown setting 'consumer': no actor of this topology has such "
+        "a parameter; an actor's own parameter is set by its path, "
+        "processes.main.actors.consumer.params.<name>")
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("run.heartbeat_interval_s=0", "heartbeat_interval_s must be a finite number > 0, got 0.0"),
+    ("run.stop_timeout_s=-1", "stop_timeout_s must be a finite number > 0, got -1.0"),
+    ("run.start_timeout_s=.nan", "start_timeout_s must be a finite number > 0, got nan"),
+    ("run.max_restarts=-1", "max_restarts must be >= 0, got -1"),
+    ("run.heartbeat_timeout_s=0.5",
+     "heartbeat_timeout_s must be > heartbeat_interval_s (1), got 0.5"),
+    ("run.metrics_port=70000", "metrics_port must be a TCP port in 0..65535 (0: off), got 70000"),
+])
+def test_run_settings_out_of_range_are_located_errors(load, override: str, message: str) -> None:
+    key = override.split("=")[0]
+    assert error_of(load, GOOD, (override,)) == f"--set: {key}: {message}"
+
+
+def test_a_string_that_looks_like_a_float_survives_the_snapshot_round_trip(load) -> None:
+    from sfbus.rundir import write_snapshot
+
+    # Children load the run's snapshot of the merged document: '1e3' must stay a string there.
+    topo = load(GOOD.replace("total: 3", "total: 3\n  tag: '1e3'"))
+    assert topo.processes[0].actors[1].params.tag == "1e3"
+    snapshot = write_snapshot(Path("."), {**topo.document, "name": "t"})
+    again = load_topology(snapshot)
+    assert again.processes[0].actors[1].params.tag == "1e3"
+    assert again.document == {**topo.document, "name": "t"}
+
+
+def test_an_alias_bomb_is_refused_quickly(load) -> None:
+    import time
+
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    started = time.monotonic()
+    message = error_of(load, "\n".join(lines) + "\n")
+    assert "expands to more than 100000 values (nested aliases?)" in message
+    assert time.monotonic() - started < 10  # 10^9 values if expanded
+    levels = ["&l0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"&l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 9)]
+    with pytest.raises(TopologyError, match="expands to more than 100000 values"):
+        load(GOOD, (f"total=[{', '.join(levels)}]",))
 
 
 def test_yaml_merge_keys_and_anchors(load) -> None:
@@ -182,7 +240,8 @@ def test_set_params_win_over_settings(load) -> None:
     ("no_equals_sign", "--set: expected KEY=VALUE, got 'no_equals_sign'"),
     ("a..b=1", "--set: a..b: empty key in path"),
     ("extends=other.yaml", "--set: extends: cannot be overridden; edit the file instead"),
-    ("total=[1, 2", "--set: total: invalid YAML value '[1, 2'"),
+    ("total=[1, 2", "--set: total: invalid value '[1, 2': invalid YAML: while parsing a flow "
+                    "sequence, expected ',' or ']', but got '<stream end>'"),
     ("processes.extra.replicas=2", "--set: processes.extra: missing required key 'actors'"),
 ])
 def test_set_errors(load, override: str, expected: str) -> None:
@@ -328,8 +387,8 @@ ERRORS = [
      "did you mean 'relu'? (parameter 'network' of actor 'consumer')"),
     ("post_init_check", "processes:\n  main:\n    actors:\n      c:\n"
                         "        class: sample_actors:Checked\n        params: {low: 5}\n",
-     "t.yaml:6:17: processes.main.actors.c.params: invalid Checked.Params: low (5) must not "
-     "exceed high (1)"),
+     # the check names its field first: the error points at that field
+     "t.yaml:6:23: processes.main.actors.c.params.low: low (5) must not exceed high (1)"),
     ("bad_slot_declaration", GOOD.replace("sample_actors:Consumer", "sample_actors:BadSlot"),
      "t.yaml:9:16: processes.main.actors.consumer.class: 'sample_actors:BadSlot': slot "
      "BadSlot.on_anything: annotate its parameter with a sfbus.Message subclass"),
