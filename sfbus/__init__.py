@@ -6,7 +6,9 @@ The public kernel API is the names below; everything else in the package is priv
 from sfbus.actor import Actor, NoParams, Signal, slot
 from sfbus.errors import (
     ActorDeadError,
+    BadInput,
     FrameError,
+    RunDirError,
     RunFailed,
     SfbusError,
     SharedMemoryError,
@@ -22,10 +24,12 @@ __all__ = [
     "Actor",
     "ActorDeadError",
     "ArraySpec",
+    "BadInput",
     "Empty",
     "FrameError",
     "Message",
     "NoParams",
+    "RunDirError",
     "RunFailed",
     "SfbusError",
     "SharedArray",

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
+import socket
 import sys
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import NoReturn
 
-from sfbus.errors import SfbusError, TopologyError
+from sfbus.errors import BadInput, SfbusError
 
 log = logging.getLogger("sfbus")
 
@@ -33,7 +37,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Start a topology and supervise it until it ends."""
     from sfbus.loop import run
     from sfbus.routing import RoutingTable
-    from sfbus.rundir import default_run_dir
+    from sfbus.rundir import RunDirLock, check_run_dir, new_run_dir
     from sfbus.supervisor import RunOptions, Supervisor
 
     topology = _load(args)
@@ -43,21 +47,65 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
     RoutingTable(topology).array_specs()  # impossible sizes are bad input: check before starting
-    if args.resume:
-        run_dir = Path(args.resume)
-        if not (run_dir / "run.json").is_file():
-            raise TopologyError(f"--resume {run_dir}: not a run directory (no run.json)",
-                                file=args.topology)
+    port = topology.run.metrics_port if args.metrics_port is None else args.metrics_port
+    _check_port_free(topology.run.metrics_host, port)
+    if args.resume or args.run_dir:
+        run_dir = Path(args.resume or args.run_dir)
+        check_run_dir(run_dir, resume=bool(args.resume))
     else:
-        name = topology.name if rank is None else f"{topology.name}-rank{rank}"
-        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(name)
+        run_dir = new_run_dir(topology.name if rank is None else f"{topology.name}-rank{rank}")
+    lock = RunDirLock(run_dir)  # held until this process exits
     options = RunOptions(run_dir=run_dir, max_seconds=args.max_seconds,
-                         max_frames=args.max_frames, metrics_port=args.metrics_port)
-    if args.serial:
-        from sfbus.serial import run_serial
+                         max_frames=args.max_frames, metrics_port=port)
+    try:
+        if args.serial:
+            from sfbus.serial import run_serial
 
-        return int(run(run_serial(topology, options)))
-    return int(run(Supervisor(topology, topology.document, options).run()))
+            return int(run(run_serial(topology, topology.document, options)))
+        return int(run(Supervisor(topology, topology.document, options).run()))
+    finally:
+        lock.release()
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """The metrics port must be one this process can bind, checked before anything starts."""
+    if not port:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        # as the metrics server binds it: a port in TIME_WAIT is free
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise BadInput(f"--metrics-port {port}: cannot serve on {host}:{port}: "
+                           f"{error.strerror or error}") from None
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    """An argparse type: a finite number of ``kind`` greater than 0."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not 0 < value < math.inf:
+            raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def _port(text: str) -> int:
+    """An argparse type: a TCP port number, 0 meaning off."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port (0..65535; 0 = off)")
+    return port
 
 
 def _join_nodes(args: argparse.Namespace) -> int | None:
@@ -119,10 +167,32 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def _use_app_dir(app_dir: str) -> None:
+    """Put ``app_dir`` first on the import path, here and in every process this one starts (the
+    console script, unlike ``python -m``, does not put the working directory there)."""
+    path = os.path.abspath(app_dir)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    inherited = os.environ.get("PYTHONPATH", "")
+    if path not in inherited.split(os.pathsep):
+        os.environ["PYTHONPATH"] = f"{path}{os.pathsep}{inherited}" if inherited else path
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's one-line errors: ``error: sfbus run: ...``, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print one line naming the command and exit with 2 (bad input)."""
+        self.exit(BAD_INPUT, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, with the kernel's commands and every registered extension."""
-    parser = argparse.ArgumentParser(prog="sfbus", description="Asynchronous RL on a message bus.")
+    parser = _Parser(prog="sfbus", description="Asynchronous RL on a message bus.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--app-dir", default=".", metavar="DIR",
+                        help="import a topology's own modules (components, envs) from DIR as "
+                             "well as from installed packages (default: the current directory)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run a topology", description=cmd_run.__doc__)
@@ -130,10 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-dir", help="run directory (default: runs/<topology>-<time>)")
     run.add_argument("--resume", metavar="RUN_DIR",
                      help="continue the run in RUN_DIR (actors restore their checkpoints)")
-    run.add_argument("--metrics-port", type=int, default=None,
+    run.add_argument("--metrics-port", type=_port, default=None,
                      help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)")
-    run.add_argument("--max-seconds", type=float, default=None, help="stop after S seconds")
-    run.add_argument("--max-frames", type=int, default=None,
+    run.add_argument("--max-seconds", type=_positive(float), default=None,
+                     help="stop after S seconds")
+    run.add_argument("--max-frames", type=_positive(int), default=None,
                      help="stop once the actors reported N frames of progress")
     run.add_argument("--nodes", type=int, default=None,
                      help="nodes that train the same policy together (torchrun: WORLD_SIZE)")
@@ -173,11 +244,12 @@ def _topology_args(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = build_parser().parse_args(argv)
+    _use_app_dir(args.app_dir)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
-    except TopologyError as error:
+    except BadInput as error:
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
     except SfbusError as error:

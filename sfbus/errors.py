@@ -7,7 +7,15 @@ class SfbusError(Exception):
     """Base of every error the kernel raises on purpose."""
 
 
-class TopologyError(SfbusError):
+class BadInput(SfbusError):
+    """The user's input (a file, a flag, a path) is wrong; nothing was started: exit code 2."""
+
+
+class RunDirError(BadInput):
+    """A run directory that cannot be used (a bad path, not a run, in use by another run)."""
+
+
+class TopologyError(BadInput):
     """The user's topology file or ``--set`` value is wrong; nothing was started.
 
     ``str()`` gives ``file:line:col: key.path: message`` so editors can jump to it.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import msgspec
 
+from sfbus.errors import RunDirError
 from sfbus.shm import ArraySpec
+from sfbus.topology.yaml_source import dump_yaml
 
 # Unix socket paths are limited to 107 bytes; leave room for "<process>.ipc".
 _MAX_SOCK_DIR = 80
@@ -53,16 +56,73 @@ def make_private_dir(path: str | Path) -> Path:
     return path
 
 
-def default_run_dir(topology_name: str) -> Path:
-    """``runs/<topology>-<timestamp>`` under the current directory."""
-    return Path("runs") / f"{topology_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+def new_run_dir(topology_name: str, parent: Path = Path("runs")) -> Path:
+    """Create ``runs/<topology>-<timestamp>`` (``-2``, ``-3``, ... when that one exists: two runs
+    started in the same second get two directories; ``mkdir`` decides who gets which)."""
+    make_private_dir(parent)
+    stem = f"{topology_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    for n in range(1, 1000):
+        path = parent / (stem if n == 1 else f"{stem}-{n}")
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise RunDirError(f"{parent}: no free run directory name for {stem}")
+
+
+def check_run_dir(path: Path, *, resume: bool) -> None:
+    """Refuse a run directory that cannot be one (raises :class:`RunDirError`, nothing changed):
+    ``--resume`` needs a run's directory; a new run needs a new, empty or earlier run's one."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise RunDirError(f"{path}: not a directory")
+    is_run = (path / "run.json").is_file()
+    if resume:
+        if not is_run:
+            raise RunDirError(f"--resume {path}: not a run directory (no run.json)")
+    elif path.exists() and not is_run and any(path.iterdir()):
+        raise RunDirError(f"--run-dir {path}: the directory is not empty and holds no run; "
+                          "choose a new or empty directory")
+    try:
+        make_private_dir(path)
+    except OSError as error:
+        raise RunDirError(f"cannot create the run directory {path}: "
+                          f"{error.strerror or error}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise RunDirError(f"{path}: not writable")
+
+
+class RunDirLock:
+    """An exclusive ``flock`` on ``RUN_DIR/lock`` held for a run's life: a second run or a
+    ``--resume`` of a directory in use is refused. The kernel drops the lock when the holder
+    exits, however it exits (``kill -9`` included), so a stale lock cannot outlive its run."""
+
+    def __init__(self, run_dir: Path) -> None:
+        path = run_dir / "lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise RunDirError(f"{run_dir}: in use by another run (pid {holder})") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+
+    def release(self) -> None:
+        """Give the lock up (also done by the kernel at exit)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def choose_sock_dir(run_dir: Path, run_id: str) -> Path:
-    """``run_dir/sock`` when its paths fit a Unix socket address, else a private temp folder."""
+    """``run_dir/sock`` when its paths fit a Unix socket address, else a new private folder with
+    an unpredictable name in the temp directory (one another user cannot have planted)."""
     candidate = run_dir.resolve() / "sock"
     if len(str(candidate)) > _MAX_SOCK_DIR:
-        candidate = Path(tempfile.gettempdir()) / f"sfbus-{run_id}"
+        return Path(tempfile.mkdtemp(prefix=f"sfbus-{run_id}-"))
     return make_private_dir(candidate)
 
 
@@ -73,6 +133,13 @@ def write_manifest(run_dir: Path, manifest: Manifest) -> Path:
     tmp.write_bytes(msgspec.json.encode(manifest))
     os.replace(tmp, path)
     return path
+
+
+def write_snapshot(run_dir: Path, document: dict) -> Path:
+    """Write the merged topology every process of the run loads (``topology.yaml``)."""
+    snapshot = run_dir / "topology.yaml"
+    snapshot.write_text(dump_yaml(document))
+    return snapshot
 
 
 def read_manifest(run_dir: str | Path) -> Manifest:

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
-import yaml
 import zmq
 import zmq.asyncio
 
@@ -55,6 +54,7 @@ from sfbus.rundir import (
     make_private_dir,
     remove_sock_dir,
     write_manifest,
+    write_snapshot,
 )
 from sfbus.shm import SharedMemory, clean_stale_segments, new_run_id, remove_run_segments
 from sfbus.topology.model import Topology
@@ -167,8 +167,7 @@ class Supervisor:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(self.run_dir / "metrics")
         os.environ[SUPERVISOR_PID_ENV] = str(os.getpid())
         self.sock_dir = choose_sock_dir(self.run_dir, self.run_id)
-        snapshot = self.run_dir / "topology.yaml"
-        snapshot.write_text(yaml.safe_dump(self.document, sort_keys=False))
+        snapshot = write_snapshot(self.run_dir, self.document)
         specs = self.table.array_specs()
         entries = tuple(ArrayEntry(s.name, tuple(s.shape), s.dtype) for s in specs)
         limits = RunLimits(self.options.max_frames, self.options.max_seconds)

@@ -7,9 +7,8 @@ import dataclasses
 import os
 
 import msgspec
-import zmq
-
 import pytest
+import zmq
 
 from sfbus.bus import socket_address
 from sfbus.errors import TopologyError

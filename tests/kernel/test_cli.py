@@ -56,3 +56,110 @@ def test_impossible_sizes_are_bad_input(capsys: pytest.CaptureFixture[str]) -> N
         "sync mode: batch_size 1024 "
         "must be a multiple of rollout x agents = 32 x 12 (every agent of every worker "
         "contributes the same number of trajectories)\n")
+
+
+CARTPOLE = str(Path(__file__).parents[2] / "topologies" / "cartpole.yaml")
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("num_splits=0", "error: --set: settings.num_splits: num_splits must be >= 1, got 0"),
+    ("rollout=0", "error: --set: settings.rollout: rollout must be >= 1, got 0"),
+    ("num_env=32", "error: --set: settings.num_env: unknown setting 'num_env': no actor of this "
+                   "topology has such a parameter; did you mean 'num_envs'?"),
+])
+def test_bad_settings_are_one_located_line(override: str, message: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", CARTPOLE, "--set", override]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--metrics-port", "70000"],
+     "argument --metrics-port: 70000 is not a TCP port (0..65535; 0 = off)"),
+    (["--metrics-port", "-1"], "argument --metrics-port: -1 is not a TCP port (0..65535; 0 = off)"),
+    (["--max-seconds", "nan"], "argument --max-seconds: must be a finite number > 0, got nan"),
+    (["--max-frames", "0"], "argument --max-frames: must be a finite number > 0, got 0"),
+])
+def test_bad_run_flags_are_exit_2_before_anything_starts(
+        args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", SUM_DEMO, "--run-dir", str(tmp_path / "run"), *args])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err == f"error: sfbus run: {message} (see sfbus run --help)\n"
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_metrics_port_in_use_is_exit_2_before_anything_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["run", SUM_DEMO, "--run-dir", str(tmp_path / "run"),
+                     "--metrics-port", str(port)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --metrics-port {port}: cannot serve on 127.0.0.1:{port}: Address already in use\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_dir_that_cannot_be_made_is_exit_2(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    a_file = tmp_path / "hostname"
+    a_file.write_text("x")
+    assert main(["run", SUM_DEMO, "--run-dir", str(a_file / "x")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: cannot create the run directory {a_file / 'x'}: Not a directory\n")
+
+
+def test_a_non_empty_directory_that_holds_no_run_is_left_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "sock").mkdir()
+    (tmp_path / "sock" / "keep").write_text("mine")
+    (tmp_path / "notes.txt").write_text("mine")
+    tmp_path.chmod(0o755)
+    assert main(["run", SUM_DEMO, "--run-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --run-dir {tmp_path}: the directory is not empty and holds no run; choose a new "
+        "or empty directory\n")
+    assert (tmp_path / "sock" / "keep").read_text() == "mine"
+    assert tmp_path.stat().st_mode & 0o777 == 0o755
+
+
+def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path: Path) -> None:
+    from sfbus.rundir import new_run_dir
+
+    made = [new_run_dir("demo", tmp_path) for _ in range(3)]
+    assert len(set(made)) == 3 and all(p.is_dir() for p in made)
+    assert made[1].name == f"{made[0].name}-2"
+
+
+def test_a_run_directory_in_use_is_refused_naming_its_pid(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess
+    import sys
+
+    from sfbus.rundir import check_run_dir
+
+    run_dir = tmp_path / "run"
+    check_run_dir(run_dir, resume=False)
+    (run_dir / "run.json").write_text("{}")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, pathlib; from sfbus.rundir import RunDirLock; "
+         f"RunDirLock(pathlib.Path({str(run_dir)!r})); print('held', flush=True); "
+         "sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert main(["run", SUM_DEMO, "--resume", str(run_dir)]) == 2
+        assert capsys.readouterr().err == (
+            f"error: {run_dir}: in use by another run (pid {holder.pid})\n")
+    finally:
+        holder.communicate("", timeout=30)
+    # the lock dies with its holder, whatever way it ends
+    from sfbus.rundir import RunDirLock
+
+    RunDirLock(run_dir).release()

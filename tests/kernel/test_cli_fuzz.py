@@ -1,0 +1,66 @@
+"""Fuzzing the command line: random flags and ``--set`` paths and values never give a traceback.
+
+Every input either works (exit 0) or is bad input (exit 2, one ``error:`` line); ``run`` is
+fuzzed only up to its checks (an invalid run is refused before anything starts, and a valid one
+is not started: ``--max-frames`` is always bad here).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sfbus.cli import main
+
+TOPOLOGIES = Path(__file__).parents[2] / "topologies"
+FILES = st.sampled_from([str(TOPOLOGIES / "cartpole.yaml"), str(TOPOLOGIES / "sum_demo.yaml")])
+PARTS = st.sampled_from(["num_envs", "num_splits", "rollout", "batch_size", "seed", "appo", "lr",
+                         "model", "core", "run", "heartbeat_interval_s", "processes", "rollout",
+                         "replicas", "actors", "params", "learner", "settings", "name", "count",
+                         "connections", "mode", "extends", "x", "", " ", "0"])
+VALUES = st.sampled_from(["0", "-1", "1", "1e3", "'1e3'", "[1, 2", "[]", "{}", "null", "true",
+                          ".nan", "-.inf", "99999999999999999999", "abc", "", "&a [*a]", "'",
+                          "{a: 1}", "3.5"]) | st.text(max_size=12)
+SETS = st.lists(st.builds(lambda path, value: f"{'.'.join(path)}={value}",
+                          st.lists(PARTS, min_size=1, max_size=4), VALUES), max_size=3)
+FLAGS = st.lists(st.sampled_from(["--metrics-port", "--max-seconds", "--nodes", "--node-rank",
+                                  "--master", "--resume", "--format", "--bogus", "-v"])
+                 | VALUES, max_size=4)
+FUZZ = settings(max_examples=120, deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _check(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = main(argv)
+    except SystemExit as exit_info:  # argparse's own refusal
+        code = exit_info.code
+    err = capsys.readouterr().err
+    assert code in (0, 2), (argv, code, err)
+    assert "Traceback" not in err
+    if code == 2:
+        assert err.startswith("error: ") and err.count("\n") == 1, (argv, err)
+
+
+@FUZZ
+@given(file=FILES, sets=SETS, flags=FLAGS)
+def test_validate_and_graph_never_trace_back(file: str, sets: list[str], flags: list[str],
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    overrides = [arg for text in sets for arg in ("--set", text)]
+    _check(["validate", file, *overrides], capsys)
+    _check(["graph", file, *overrides, *flags], capsys)
+
+
+@FUZZ
+@given(file=FILES, sets=SETS, flags=FLAGS)
+def test_run_refuses_bad_input_before_starting(file: str, sets: list[str], flags: list[str],
+                                               tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    overrides = [arg for text in sets for arg in ("--set", text)]
+    run_dir = tmp_path / "never"
+    _check(["run", file, "--run-dir", str(run_dir), *overrides, *flags, "--max-frames", "0"],
+           capsys)
+    assert not run_dir.exists()
