@@ -20,7 +20,9 @@ The `full` action space adds `measurements` float32 `(19,)`, see `doom_spaces`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -51,9 +53,20 @@ INTERPOLATION = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR,
 _DEATHMATCH_ARGS = ("-host 1 -deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1"
                     " +sv_spawnfarthest 1 +sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 0"
                     " +name AI +colorset 0")
-# One engine config file for all our games, outside the working directory (VizDoom otherwise
-# writes _vizdoom.ini into the cwd of every process).
-INI_PATH = os.path.join(tempfile.gettempdir(), "sfbus_vizdoom.ini")
+
+
+@functools.cache
+def engine_config_path() -> str:
+    """VizDoom's engine config file, outside the working directory (VizDoom otherwise writes
+    _vizdoom.ini into every process's cwd), in a folder only this user can write: a fixed path
+    in /tmp could be planted or symlinked by another user."""
+    folder = os.path.join(tempfile.gettempdir(), f"sfbus-vizdoom-{os.getuid()}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o700)
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        folder = tempfile.mkdtemp(prefix="sfbus-vizdoom-")  # someone else's: use a fresh one
+    return os.path.join(folder, "vizdoom.ini")
 
 
 _orphans_removed = False
@@ -147,7 +160,7 @@ class DoomEnv(MultiAgentEnv):
 
         remove_orphans_once()
         self._game = g = vzd.DoomGame()
-        g.set_doom_config_path(INI_PATH)
+        g.set_doom_config_path(engine_config_path())
         g.load_config(os.path.join(vzd.scenarios_path, sc.cfg))
         if sc.wad:
             g.set_doom_scenario_path(os.path.join(vzd.scenarios_path, sc.wad))

@@ -29,7 +29,12 @@ import numpy as np
 import vizdoom as vzd
 
 from components.envs import doom_spaces as ds
-from components.envs.doom import INI_PATH, INTERPOLATION, DoomEnvError, remove_orphans_once
+from components.envs.doom import (
+    INTERPOLATION,
+    DoomEnvError,
+    engine_config_path,
+    remove_orphans_once,
+)
 from components.envs.doom_match import RESET, Match, MatchError, PlayerSetup, free_udp_port
 from components.envs.spec import EnvSpec, EpisodeStats, MultiAgentEnv, ObsDict, ObsField, StepOutput
 
@@ -82,7 +87,7 @@ class DoomDuelEnv(MultiAgentEnv):
             variables=tuple(v.name for v in self._vars), frameskip=frameskip, resolution=(w, h),
             interpolation=INTERPOLATION[interpolation], episode_timeout=episode_timeout,
             num_bots=num_bots, connect_timeout_s=max(1, int(start_timeout_s)),
-            ini_path=INI_PATH)
+            ini_path=engine_config_path())
         self._heads = _head_matrices()
         self._spec = EnvSpec({"obs": ObsField((3, h, w), "uint8"),
                               "measurements": ObsField((len(ds.MEASUREMENTS),), "float32")},

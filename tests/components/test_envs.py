@@ -251,3 +251,32 @@ def test_random_actions_are_uniform_over_every_head():
         assert len(counts) == n  # nothing drawn at or past the head's size
         np.testing.assert_allclose(counts / len(actions), 1 / n, atol=0.01)
     np.testing.assert_allclose(log_probs, -math.log(3 * 1 * 8))
+
+
+def test_engine_config_lives_in_a_folder_only_this_user_can_write(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    from components.envs import doom
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    doom.engine_config_path.cache_clear()
+    mine = tmp_path / f"sfbus-vizdoom-{os.getuid()}"
+    try:
+        assert doom.engine_config_path() == str(mine / "vizdoom.ini")
+        assert mine.stat().st_mode & 0o777 == 0o700
+        # a folder others can write (planted, or a symlink to one) is not used
+        for planted in ("open", "link"):
+            doom.engine_config_path.cache_clear()
+            mine.rmdir() if mine.is_dir() and not mine.is_symlink() else mine.unlink()
+            if planted == "open":
+                mine.mkdir(mode=0o777)
+                mine.chmod(0o777)
+            else:
+                (tmp_path / "elsewhere").mkdir(mode=0o700, exist_ok=True)
+                mine.symlink_to(tmp_path / "elsewhere")
+            path = doom.engine_config_path()
+            assert os.path.dirname(path) not in (str(mine), str(tmp_path / "elsewhere"))
+            assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
+    finally:
+        doom.engine_config_path.cache_clear()
