@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from time import monotonic
 from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 
 from sfbus.errors import ActorDeadError
@@ -178,6 +179,7 @@ class Actor:
         async def tick() -> None:
             while True:
                 await asyncio.sleep(seconds)
+                self._touch(label)
                 try:
                     result = fn()
                     if inspect.isawaitable(result):
@@ -233,6 +235,9 @@ class Actor:
             call_now(payload)
 
         def call_now(payload: Message) -> None:
+            # what the actor is doing, for the heartbeat ("last activity" of a hung actor)
+            self._last_activity_what = slot_name
+            self._last_activity = monotonic()
             try:
                 method(payload)
             except Exception as error:
@@ -250,13 +255,14 @@ class Actor:
         await self._started.wait()
         while True:
             method, payload = await self._mailbox.get()
+            self._touch(method.__name__)
             try:
                 await method(payload)
             except Exception as error:
                 self.report_failure(method.__name__, error)
 
     def _touch(self, what: str) -> None:
-        self._last_activity = time.monotonic()
+        self._last_activity = monotonic()
         self._last_activity_what = what
 
     def _task_done(self, task: asyncio.Task[Any], what: str) -> None:

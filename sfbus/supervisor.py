@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -88,6 +89,7 @@ class _Child:
     ready: bool = False
     started: bool = False
     last_heartbeat: float = 0.0
+    spawned_at: float = 0.0
     activity: dict[str, tuple[float, str]] = field(default_factory=dict)
     progress: int = 0
     progress_base: int = 0
@@ -185,7 +187,7 @@ class Supervisor:
 
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a closed terminal: HUP
             loop.add_signal_handler(signum, self._on_interrupt, signum)
 
     def _on_interrupt(self, signum: int) -> None:
@@ -219,7 +221,7 @@ class Supervisor:
         child.ready = child.started = False
         child.progress_base += child.progress
         child.progress = 0
-        child.last_heartbeat = time.monotonic()
+        child.last_heartbeat = child.spawned_at = time.monotonic()
         # Each child leads its own process group, so that the processes it starts (VizDoom's
         # engines) can be killed with it, and so a terminal's Ctrl-C reaches only the supervisor.
         child.proc = await asyncio.create_subprocess_exec(
@@ -265,6 +267,15 @@ class Supervisor:
         for child in self.children.values():
             age = now - child.last_heartbeat
             age_gauge.labels(child.name).set(age)
+            alive = child.proc is not None and child.proc.returncode is None
+            if (not child.started and alive and not self.done.is_set()
+                    and now - child.spawned_at > self.settings.start_timeout_s):
+                # a restarted process that hangs in on_start (or never reports Ready)
+                log.error("process %s did not start within start_timeout_s (%g s); killing it",
+                          child.name, self.settings.start_timeout_s)
+                child.spawned_at = math.inf  # killed once; its exit restarts it
+                _kill_group(child.proc.pid)
+                continue
             if child.started and age > self.settings.heartbeat_timeout_s and not self.done.is_set():
                 last = max(child.activity.items(), key=lambda kv: -kv[1][0], default=None)
                 what = f"; last activity: {last[0]} {last[1][1]!r}" if last else ""

@@ -79,3 +79,17 @@ async def test_messages_before_start_wait_for_on_start() -> None:
     await ponger._start()
     assert ponger.seen == [1]
     await ponger._stop()
+
+
+async def test_last_activity_follows_slots_and_timers_not_only_on_start() -> None:
+    # The heartbeat reports (age, what) of each actor's last activity; a hung actor is named
+    # by the slot or timer it was in.
+    clock = Clock("clock")
+    await clock._start()
+    assert clock._last_activity_what == "on_start"
+    await asyncio.wait_for(clock.enough.wait(), 5)
+    assert clock._last_activity_what == "timer _tick"
+    before = clock._last_activity
+    clock._bind_slot("on_tick")(Tick(1))
+    assert clock._last_activity_what == "on_tick" and clock._last_activity >= before
+    await clock._stop()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
 import signal
 import time
@@ -30,6 +32,23 @@ class Hanger(Actor):
             self.stop_run("came back after the hang")
 
 
+class SlowStarter(Actor):
+    """First start: runs, then the process dies; second: hangs in on_start; third: ends the
+    run."""
+
+    async def on_start(self) -> None:
+        """Count the starts in the run directory and behave by the count."""
+        counter = Path(self.context.run_dir, "starts")
+        starts = int(counter.read_text()) + 1 if counter.exists() else 1
+        counter.write_text(str(starts))
+        if starts == 1:
+            self.every(0.5, lambda: os._exit(3))  # after the run started
+            return
+        if starts == 2:
+            await asyncio.Event().wait()  # never started: the loop runs, heartbeats may too
+        self.stop_run(f"started on try {starts}")
+
+
 class Crasher(Actor):
     """Fails in on_start, every time."""
 
@@ -54,6 +73,34 @@ def test_silent_process_is_reported_killed_and_restarted(tmp_path: Path) -> None
     assert re.search(r"process p stopped heart-beating [0-9.]+ s ago; last activity: a ", err)
     assert "process p exited with code -9; restarting" in err
     assert "a asked to stop: came back after the hang" in err
+
+
+def test_a_restarted_process_that_hangs_in_on_start_is_killed_after_start_timeout(
+        tmp_path: Path) -> None:
+    topology = _topology(tmp_path, "tests.kernel.test_supervision:SlowStarter",
+                         "run: {start_timeout_s: 3, max_restarts: 3}")
+    run = start_run(topology, tmp_path / "run")
+    _out, err = run.communicate(timeout=60)
+    assert run.returncode == 0, err[-3000:]
+    assert "process p exited with code 3; restarting" in err
+    assert "process p did not start within start_timeout_s (3 s); killing it" in err
+    assert "process p exited with code -9; restarting" in err
+    assert "a asked to stop: started on try 3" in err
+
+
+def test_sighup_stops_the_run_like_sigterm(tmp_path: Path) -> None:
+    topology = _topology(tmp_path, "tests.kernel.test_flood:FloodReceiver")
+    run_dir = tmp_path / "run"
+    run = start_run(topology, run_dir)
+    try:
+        wait_for(lambda: (run_dir / "logs" / "p.log").exists(), 30, "the process to start")
+        run.send_signal(signal.SIGHUP)
+        _out, err = run.communicate(timeout=30)
+    finally:
+        run.kill()
+    assert run.returncode == 130, err[-3000:]
+    assert "SIGHUP: stopping gracefully" in err
+    assert run_children(run_dir) == {}
 
 
 def test_restart_limit_fails_the_run_naming_the_process(tmp_path: Path) -> None:
