@@ -11,8 +11,11 @@ import asyncio
 import ctypes
 import logging
 import os
+import select
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 from sfbus.host import ProcessHost
@@ -22,6 +25,10 @@ from sfbus.rundir import read_manifest
 
 _PR_SET_PDEATHSIG = 1
 SUPERVISOR_PID_ENV = "SFBUS_SUPERVISOR_PID"
+
+
+# Seconds a child whose supervisor died gets to stop gracefully before it is killed.
+ORPHAN_GRACE_S = 5.0
 
 
 def _die_with_parent() -> None:
@@ -35,6 +42,27 @@ def _die_with_parent() -> None:
     # The supervisor may have died before the line above ran: then nobody will signal us.
     if str(os.getppid()) != os.environ.get(SUPERVISOR_PID_ENV, str(os.getppid())):
         os._exit(1)
+    _watch_parent()
+
+
+def _watch_parent() -> None:
+    """End this process when the supervisor dies even if its event loop is blocked: SIGTERM is
+    handled by that loop, so a thread waits on the parent and, after a grace period, kills this
+    process's group (the process and what it started: each child leads its own group)."""
+    try:
+        parent = os.pidfd_open(os.getppid())
+    except (AttributeError, OSError):  # no pidfd (old kernel, not Linux): SIGTERM alone
+        return
+
+    def watch() -> None:
+        select.select([parent], [], [])  # readable once the parent has exited
+        time.sleep(ORPHAN_GRACE_S)
+        group = os.getpgid(0)
+        if group == os.getpid():
+            os.killpg(group, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _configure_logging(run_dir: Path, process: str) -> None:

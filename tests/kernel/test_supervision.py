@@ -103,6 +103,36 @@ def test_sighup_stops_the_run_like_sigterm(tmp_path: Path) -> None:
     assert run_children(run_dir) == {}
 
 
+class Blocker(Actor):
+    """Blocks its event loop for good once started: SIGTERM can no longer reach its handler."""
+
+    async def on_start(self) -> None:
+        """Block from the first tick on."""
+        Path(self.context.run_dir, "blocking").touch()
+        self.every(0.1, lambda: time.sleep(3600))
+
+
+def test_a_sigkilled_launcher_ends_children_whose_loop_is_blocked(tmp_path: Path) -> None:
+    topology = _topology(tmp_path, "tests.kernel.test_supervision:Blocker",
+                         "run: {heartbeat_timeout_s: 600}")
+    run_dir = tmp_path / "run"
+    run = start_run(topology, run_dir)
+    try:
+        wait_for((run_dir / "blocking").exists, 30, "the run to start")
+        time.sleep(0.5)  # the child's loop is blocked now
+        child = run_children(run_dir)["p"]
+        run.kill()
+        run.communicate(timeout=30)
+        wait_for(lambda: not Path(f"/proc/{child}").exists()
+                 or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2], 20,
+                 "the orphaned child to die")
+    finally:
+        run.kill()
+        for pid in run_children(run_dir).values():
+            os.kill(pid, signal.SIGKILL)
+    assert run_children(run_dir) == {}
+
+
 def test_restart_limit_fails_the_run_naming_the_process(tmp_path: Path) -> None:
     topology = _topology(tmp_path, "tests.kernel.test_supervision:Crasher",
                          "run: {max_restarts: 2, restart_window_s: 60}")
