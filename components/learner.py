@@ -100,6 +100,10 @@ class Learner(PopulationMember):
         """Batches between the in-memory copies of the last good state."""
         peer_timeout_s: float = 300.0
         """Distributed runs: seconds to wait for the other nodes' learners (joining, each step)."""
+        max_failed_batches: int = 3
+        """Batches in a row whose training raised after which the learner's process gives up
+        (exit 1: restarted by the supervisor); a failing periodic checkpoint is only reported
+        and retried at the next interval."""
 
     learner_idle = Signal(LearnerIdle, "ready for the next batch")
     slots_released = Signal(SlotsReleased, "a worker's slots were copied (one per worker)")
@@ -116,6 +120,7 @@ class Learner(PopulationMember):
         self.checkpoint_dir: Path | None = None
         self._background: asyncio.Future[Any] | None = None
         self._stopping = False
+        self._failed_batches = 0
         self._batch: Batch | None = None
         self.peers: Peers | None = None
         self._warn = RateLimitedLog(self.log, 60.0)
@@ -125,6 +130,8 @@ class Learner(PopulationMember):
             m.counter("good_state_restores", "last good states put back after bad updates"))
         self._m_samples = m.counter("samples", "samples (agent steps) trained on")
         self._m_skipped = m.counter("skipped_steps", "steps skipped: non-finite loss or gradient")
+        self._m_checkpoint_failures = m.counter("checkpoint_failures",
+                                                "periodic checkpoints that could not be written")
         self._m_lag = m.histogram("policy_lag", "mean policy lag of each trained trajectory",
                                   _LAG_BUCKETS)
         self._m_gauges = {key: m.gauge(key, doc) for key, doc in (
@@ -201,29 +208,49 @@ class Learner(PopulationMember):
 
     @slot
     async def on_batch_ready(self, msg: BatchReady) -> None:
-        """Copy the batch out, (async) release its slots, train, publish, report, say idle."""
+        """Train on the batch; whatever happens, say idle after (the batcher waits for it)."""
         if self._stopping:
             return
+        try:
+            await self._learn(msg)
+            self._failed_batches = 0
+        except Exception as error:  # the batcher must not wait forever on a learner that raised
+            self._failed_batches += 1
+            self.report_failure("on_batch_ready", error)
+            if self._failed_batches >= self.params.max_failed_batches:
+                self.fail_process(f"{self._failed_batches} batches in a row failed, the last "
+                                  f"with {error!r}")
+        finally:
+            self.learner_idle.emit(LearnerIdle(self.params.policy))
+
+    async def _learn(self, msg: BatchReady) -> None:
+        """Copy the batch out, release its slots (async: at once; sync: after training, also when
+        it fails), train, publish, report, checkpoint when due."""
         p = self.params
         batch, groups = self.copy_batch(msg)
-        if p.mode == "async":
-            self._release(groups)
-        # Dropped: a restarted worker already refills one of its slots (components.recovery),
-        # or it has only steps of weights a PBT exchange replaced.
-        if self._slot_stages.torn(groups) or self.discards(batch):
-            if p.mode == "sync":
-                self._release(groups)
-            self.learner_idle.emit(LearnerIdle(p.policy))
-            return
-        result = await self._in_thread(self.train, batch)
-        self._publish()
-        if p.mode == "sync":
-            self._release(groups)
+        to_release = groups
+        try:
+            if p.mode == "async":
+                self._release(to_release)
+                to_release = {}
+            # Dropped: a restarted worker already refills one of its slots (components.recovery),
+            # or it has only steps of weights a PBT exchange replaced.
+            if self._slot_stages.torn(groups) or self.discards(batch):
+                return
+            result = await self._in_thread(self.train, batch)
+            self._publish()
+        finally:
+            if to_release:
+                self._release(to_release)
         self._report(result)
         if (self.checkpoint_dir is not None
                 and time.monotonic() - self._last_checkpoint >= p.checkpoint_every_s):
-            await self._in_thread(self.save)
-        self.learner_idle.emit(LearnerIdle(p.policy))
+            try:
+                await self._in_thread(self.save)
+            except Exception as error:  # disk full, folder replaced: retried at the next interval
+                self._last_checkpoint = time.monotonic()
+                self._m_checkpoint_failures.inc()
+                self.report_failure("checkpoint", error)
 
     def copy_batch(self, msg: BatchReady) -> tuple[Batch, dict[int, list[int]]]:
         """Gather the batch's trajectories into local tensors, one copy (grouped by worker)."""

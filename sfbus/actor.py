@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from time import monotonic
-from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, get_type_hints
 
 from sfbus.errors import ActorDeadError
 from sfbus.messages import Empty, Message
@@ -210,6 +212,17 @@ class Actor:
         if self.context is None:
             raise ActorDeadError(f"actor {self.name!r} is not attached to a run")
         self.context.request_stop(self.name, reason)
+
+    def fail_process(self, reason: str) -> NoReturn:
+        """Give up: log ``reason`` and end this actor's process with exit code 1 at once, so the
+        supervisor restarts it by its restart policy (or fails the run). For an actor that
+        cannot restore its side of a protocol, or keeps failing at it; shared memory survives."""
+        self.log.critical("%s: %s; ending process %s", self.name, reason,
+                          self.context.process if self.context else "?")
+        for handler in logging.getLogger().handlers:
+            with contextlib.suppress(Exception):
+                handler.flush()
+        os._exit(1)
 
     def report_progress(self, frames: int) -> None:
         """Add ``frames`` to the run's progress counter (what ``--max-frames`` counts)."""

@@ -107,11 +107,13 @@ class Driver(Actor):
         self.stats.append(msg)
 
 
-def learner_topology(mode: str = "async", **settings: object) -> Topology:
-    """Two fake rollout workers, a learner, and a driver wired like the real data path."""
+def learner_topology(mode: str = "async", learner: dict | None = None,
+                     **settings: object) -> Topology:
+    """Two fake rollout workers, a learner (``learner``: its own parameters), and a driver wired
+    like the real data path."""
     settings = {**SETTINGS, **settings, "mode": mode}
     data = DataPathParams(**settings)
-    params = Learner.Params(**settings, appo=APPO)
+    params = Learner.Params(**settings, appo=APPO, **(learner or {}))
     path = "tests.components.test_learner"
     return Topology("learner", "<test>", (
         ProcessSpec("rollout", (ActorSpec("rollout", f"{path}:FakeRollout", data),), replicas=2),
@@ -221,6 +223,51 @@ async def test_stop_checkpoints_and_run_dir_resumes(tmp_path):
         assert (second.train_steps, second.samples, second.env_frames) == (1, 64, 64)
         driver.batch_ready.emit(BATCH)
         await until(lambda: driver.versions == [2, 3])
+
+
+async def test_a_failing_checkpoint_is_reported_and_retried_and_the_batcher_never_waits(
+        tmp_path):
+    # the checkpoint folder replaced by a file: every periodic save raises
+    async with hosted(learner_topology(learner={"checkpoint_every_s": 0.0}),
+                      run_dir=str(tmp_path)) as actors:
+        learner, driver = actors["learner"], actors["driver"]
+        await until(lambda: driver.idle == 1)
+        failures: list[str] = []
+        learner.on_failure = lambda where, error: failures.append(f"{where}: {error!r}")
+        (tmp_path / "checkpoints").write_text("not a folder")
+        for n in (2, 3):
+            driver.batch_ready.emit(BATCH)
+            await until(lambda n=n: driver.idle == n)  # idle after each batch, save failed or not
+        assert driver.versions == [1, 2, 3]  # and it kept training
+        assert [f.split(":")[0] for f in failures] == ["checkpoint", "checkpoint"]
+        (tmp_path / "checkpoints").unlink()
+        driver.batch_ready.emit(BATCH)
+        await until(lambda: driver.idle == 4)
+        assert (tmp_path / "checkpoints" / "policy_0" / "checkpoint_000000004.pt").exists()
+        learner.save = lambda: None  # the final checkpoint is not what this test is about
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+async def test_a_batch_whose_training_raises_still_frees_its_slots_and_says_idle(mode):
+    async with hosted(learner_topology(mode)) as actors:
+        learner, driver = actors["learner"], actors["driver"]
+        workers = [actors["rollout.0"], actors["rollout.1"]]
+        await until(lambda: driver.idle == 1)
+        gave_up: list[str] = []
+        learner.fail_process = gave_up.append  # the real one ends the process (exit 1)
+        learner.on_failure = lambda where, error: None
+
+        def broken(batch):
+            raise RuntimeError("boom")
+
+        learner.train = broken
+        slots = (0, 1, 3, 2, 0, 2, 1, 3) if mode == "sync" else BATCH.slots
+        for n in range(2, 2 + learner.params.max_failed_batches):
+            driver.batch_ready.emit(BatchReady(0, BATCH.workers, slots))
+            await until(lambda n=n: driver.idle == n)
+            assert all(len(w.released) == n - 1 for w in workers)  # slots back every time
+            assert bool(gave_up) == (n - 1 == learner.params.max_failed_batches)
+        assert gave_up == ["3 batches in a row failed, the last with RuntimeError('boom')"]
 
 
 async def test_mismatched_model_refuses_to_resume(tmp_path):
