@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import re
 import tempfile
@@ -34,6 +35,10 @@ class CheckpointError(SfbusError):
     """A checkpoint cannot be used: the file is corrupt or truncated, or was saved by a run with
     a different environment or model. Not a bug: delete the file (the previous one is then used)
     or resume with the settings it was saved with."""
+
+
+class UnreadableCheckpoint(CheckpointError):
+    """The file cannot be read as a checkpoint (truncated, corrupt); older ones may still be."""
 
 
 def config_fingerprint(env: str, model: Any) -> dict[str, Any]:
@@ -98,7 +103,7 @@ def load_checkpoint(path: str | Path, config: Mapping[str, Any] | None = None,
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as error:
-        raise CheckpointError(
+        raise UnreadableCheckpoint(
             f"{path}: cannot read checkpoint (corrupt or truncated file); delete it to resume "
             f"from the previous checkpoint") from error
     if not isinstance(state, dict) or (missing := [k for k in required if k not in state]):
@@ -107,6 +112,30 @@ def load_checkpoint(path: str | Path, config: Mapping[str, Any] | None = None,
     if config is not None:
         check_config(path, dict(config), state["config"])
     return state
+
+
+def load_newest(directory: str | Path, config: Mapping[str, Any] | None = None,
+                required: Sequence[str] = REQUIRED_KEYS, kind: str = "learner",
+                log: logging.Logger | None = None) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint in ``directory`` that can be read, and its state (None: there is
+    none). A truncated or corrupt newer one is skipped with a warning, so a resume falls back to
+    the one before; when none can be read, :class:`CheckpointError` names them all. A
+    configuration mismatch is never skipped (see :func:`load_checkpoint`)."""
+    unreadable = []
+    for path in reversed(list_checkpoints(directory)):
+        try:
+            state = load_checkpoint(path, config, required, kind)
+        except UnreadableCheckpoint:
+            unreadable.append(path.name)
+            continue
+        if unreadable and log is not None:
+            log.warning("skipped unreadable %s checkpoint(s) %s (truncated or corrupt); "
+                        "resuming from %s", kind, ", ".join(unreadable), path)
+        return path, state
+    if unreadable:
+        raise CheckpointError(f"{directory}: no readable {kind} checkpoint (all of "
+                              f"{', '.join(unreadable)} are truncated or corrupt)")
+    return None
 
 
 def check_config(path: str | Path, expected: dict[str, Any], found: Any) -> None:

@@ -36,8 +36,7 @@ from components.buffers import (
 )
 from components.checkpoint import (
     config_fingerprint,
-    latest_checkpoint,
-    load_checkpoint,
+    load_newest,
     save_checkpoint,
 )
 from components.config import DataPathParams
@@ -181,10 +180,11 @@ class Learner(PopulationMember):
         self.weights = PolicyWeights(self.context, p.policy)
         if self.context.run_dir is not None:
             self.checkpoint_dir = Path(self.context.run_dir, "checkpoints", f"policy_{p.policy}")
-            latest = latest_checkpoint(self.checkpoint_dir)
-            if latest is not None:
-                self.restore(load_checkpoint(latest, self.config_fingerprint()))
-                self.log.info("%s: resumed from %s (version %d)", self.name, latest, self.version)
+            newest = load_newest(self.checkpoint_dir, self.config_fingerprint(), log=self.log)
+            if newest is not None:
+                self.restore(newest[1])
+                self.log.info("%s: resumed from %s (version %d)", self.name, newest[0],
+                              self.version)
         restarted = restore_published(self)  # what we published is newer than a checkpoint
         if restarted:
             self.log.warning("%s: restarted; continues from the weights it published last "

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 
 from components.algo import AppoConfig
-from components.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from components.checkpoint import load_newest, save_checkpoint
 from components.config import DataPathParams
 from components.envs import make_env
 from components.messages import EpisodeFinished, TrainingStats
@@ -103,9 +103,10 @@ class PopulationTrainer(Actor):
         run_dir = self.context.run_dir
         self.history = None if run_dir is None else Path(run_dir, "pbt_history.jsonl")
         self.checkpoint_dir = None if run_dir is None else Path(run_dir, "checkpoints", "pbt")
-        latest = None if self.checkpoint_dir is None else latest_checkpoint(self.checkpoint_dir)
-        if latest is not None:
-            state = load_checkpoint(latest, required=_STATE_KEYS, kind="PBT")
+        newest = None if self.checkpoint_dir is None else load_newest(
+            self.checkpoint_dir, required=_STATE_KEYS, kind="PBT", log=self.log)
+        if newest is not None:
+            latest, state = newest
             self.population.restore(state)
             self.exchanges, self.mutations = int(state["exchanges"]), int(state["mutations"])
             self.log.info("%s: resumed from %s (%d updates)", self.name, latest,

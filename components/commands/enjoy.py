@@ -19,6 +19,7 @@ GIF, merges identical consecutive frames (so it can have fewer), so keep GIFs sh
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -141,25 +142,25 @@ def read_checkpoint(run_dir: Path, params: Any, checkpoint: str | None) -> tuple
     from components.checkpoint import (
         CheckpointError,
         config_fingerprint,
-        latest_checkpoint,
         load_checkpoint,
+        load_newest,
     )
 
-    if checkpoint is not None:
-        path = Path(checkpoint)
-        if not path.is_file():
-            raise EnjoyError(f"--checkpoint {path}: no such file")
-    else:
-        folder = run_dir / "checkpoints" / f"policy_{params.policy}"
-        found = latest_checkpoint(folder)
-        if found is None:
-            raise EnjoyError(f"{run_dir}: no checkpoint of policy {params.policy} in {folder} "
-                             "(a run writes one every checkpoint_every_s and when it stops)")
-        path = found
+    config = config_fingerprint(params.env, params.model)
     try:
-        return path, load_checkpoint(path, config_fingerprint(params.env, params.model))
+        if checkpoint is not None:
+            path = Path(checkpoint)
+            if not path.is_file():
+                raise EnjoyError(f"--checkpoint {path}: no such file")
+            return path, load_checkpoint(path, config)
+        folder = run_dir / "checkpoints" / f"policy_{params.policy}"
+        found = load_newest(folder, config, log=logging.getLogger(__name__))
     except CheckpointError as error:
         raise EnjoyError(str(error)) from None
+    if found is None:
+        raise EnjoyError(f"{run_dir}: no checkpoint of policy {params.policy} in {folder} "
+                         "(a run writes one every checkpoint_every_s and when it stops)")
+    return found
 
 
 def build_from_checkpoint(spec: Any, params: Any, state: dict) -> Any:

@@ -14,6 +14,7 @@ from components.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
+    load_newest,
     save_checkpoint,
 )
 from components.learner import Learner
@@ -80,6 +81,32 @@ def test_a_corrupt_file_names_itself(tmp_path):
         load_checkpoint(other)
     assert str(error.value) == (f"{other}: not a learner checkpoint (missing policy, optimizer, "
                                 f"version, env_frames, train_steps, samples, config)")
+
+
+def test_resume_falls_back_past_truncated_checkpoints_and_says_so(tmp_path, caplog):
+    import logging
+
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, state(step), step, keep=3)
+    for step in (2, 3):  # a crash or a full disk left the newest two truncated
+        newest = tmp_path / f"checkpoint_{step:09d}.pt"
+        newest.write_bytes(newest.read_bytes()[:100])
+    with caplog.at_level(logging.WARNING):
+        path, loaded = load_newest(tmp_path, state(1)["config"], log=logging.getLogger("t"))
+    assert path.name == "checkpoint_000000001.pt" and loaded["version"] == 1
+    assert caplog.messages == [
+        "skipped unreadable learner checkpoint(s) checkpoint_000000003.pt, "
+        f"checkpoint_000000002.pt (truncated or corrupt); resuming from {path}"]
+    (tmp_path / "checkpoint_000000001.pt").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"no readable learner checkpoint \(all of "
+                       r"checkpoint_000000003.pt, checkpoint_000000002.pt, "
+                       r"checkpoint_000000001.pt are truncated or corrupt\)"):
+        load_newest(tmp_path)
+    assert load_newest(tmp_path / "none") is None
+    # a mismatch is never skipped: resuming with other settings is the user's mistake
+    save_checkpoint(tmp_path, state(4), 4, keep=9)
+    with pytest.raises(CheckpointError, match="saved with a different configuration"):
+        load_newest(tmp_path, {"env": "doom_basic", "model": {}})
 
 
 def test_a_mismatched_configuration_is_refused(tmp_path):
