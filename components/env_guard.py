@@ -115,11 +115,33 @@ class GuardedEnv(MultiAgentEnv):
         return getattr(self.env, name)
 
     def reset_into(self, obs_out: ObsDict, seed: int | None = None) -> None:
-        """Reset the wrapped env."""
-        self.env.reset_into(obs_out, seed=seed)
+        """Reset the wrapped env; whatever it raises is an :class:`EnvError`."""
+        try:
+            self.env.reset_into(obs_out, seed=seed)
+        except EnvError:
+            raise
+        except Exception as error:
+            raise _as_env_error("reset", error) from error
 
     def step_into(self, actions: np.ndarray, obs_out: ObsDict) -> StepOutput:
-        """Step under the watchdog; raise EnvError on a hang or a non-finite output."""
+        """Step under the watchdog; raise EnvError on a hang, a non-finite output or anything
+        the env raised (a ValueError, a gymnasium assertion, a wrongly shaped observation)."""
+        try:
+            out = self._step(actions, obs_out)
+        except EnvError:
+            raise
+        except Exception as error:
+            raise _as_env_error("step", error) from error
+        rewards = out[0]
+        if not math.isfinite(rewards.item() if rewards.size == 1
+                             else rewards.sum(dtype=np.float64)):
+            raise EnvError(f"the env returned a non-finite reward {rewards.tolist()}")
+        for key in self._float_keys:
+            if not math.isfinite(obs_out[key].sum(dtype=np.float64)):
+                raise EnvError(f"the env returned a non-finite observation {key!r}")
+        return out
+
+    def _step(self, actions: np.ndarray, obs_out: ObsDict) -> StepOutput:
         watchdog = self.watchdog
         if watchdog is None:
             out = self.env.step_into(actions, obs_out)
@@ -137,13 +159,6 @@ class GuardedEnv(MultiAgentEnv):
                 watchdog.active = None
             if self.timed_out:
                 raise EnvStepTimeout(f"env step took more than {watchdog.timeout:g} s")
-        rewards = out[0]
-        if not math.isfinite(rewards.item() if rewards.size == 1
-                             else rewards.sum(dtype=np.float64)):
-            raise EnvError(f"the env returned a non-finite reward {rewards.tolist()}")
-        for key in self._float_keys:
-            if not math.isfinite(obs_out[key].sum(dtype=np.float64)):
-                raise EnvError(f"the env returned a non-finite observation {key!r}")
         return out
 
     def abort(self) -> bool:
@@ -188,6 +203,12 @@ def _uninstall(watchdog: StepWatchdog) -> None:
 def _on_interrupt(signum: int, frame: Any) -> None:
     for watchdog in list(_WATCHDOGS):
         watchdog._on_signal()
+
+
+def _as_env_error(what: str, error: Exception) -> EnvError:
+    text = str(error).splitlines()[0] if str(error) else ""
+    return EnvError(f"the env's {what} raised {type(error).__name__}" + (f": {text}" if text
+                                                                         else ""))
 
 
 def make_guarded_env(name: str, kwargs: dict[str, Any],

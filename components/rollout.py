@@ -47,7 +47,7 @@ from components.messages import (
 )
 from components.pbt_messages import HyperparamsChanged
 from components.policy_mapping import AgentPolicies, load_mapping
-from components.rollout_faults import WorkerFaults
+from components.rollout_faults import WorkerFaults, env_seed
 from sfbus import Actor, ArraySpec, Signal, slot
 from sfbus.ratelimit import RateLimitedLog
 from sfbus.topology import Topology
@@ -70,12 +70,24 @@ class RolloutParams(DataPathParams):
     env_step_timeout_s: float = 10.0
     """An env step running longer is aborted and the env recreated (0: no watchdog); keep it
     under the run's ``heartbeat_timeout_s``."""
+    env_recreate_attempts: int = 5
+    """Tries to recreate a failed env (backing off 0.1, 0.2, 0.4 ... s) before the worker's
+    process gives up (exit 1: the supervisor restarts it)."""
+    max_env_failures_per_minute: int = 60
+    """More env failures than this within a minute end the worker's process (exit 1): envs that
+    keep failing are not sampled around forever."""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("env_recreate_attempts", "max_env_failures_per_minute"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("progress_interval_s", "inference_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.env_step_timeout_s < 0:
+            raise ValueError(f"env_step_timeout_s must be >= 0, got {self.env_step_timeout_s}")
 
-def env_seed(seed: int, worker: int, env: int, incarnation: int = 0) -> int:
-    """Seed of env ``env`` of worker ``worker``; a recreated env gets a fresh one."""
-    words = [seed, worker, env] + ([incarnation] if incarnation else [])
-    return int(np.random.SeedSequence(words).generate_state(1)[0])
 
 
 class RolloutWorker(WorkerFaults, Actor):
@@ -419,23 +431,6 @@ class RolloutWorker(WorkerFaults, Actor):
         return np.array(self.pool.acquire_many(self.rows_per_split), np.int64)
 
     # ----- faults and reports ----------------------------------------------------------------
-
-    def _recreate(self, e: int, out: dict[str, np.ndarray], error: EnvError) -> None:
-        """Replace broken env ``e`` with a fresh one reset into ``out``; its episode is lost."""
-        self.env_failures += 1
-        self._m_failures.inc()
-        self._rl_log.warning("env-error", "%s: env %d failed (%s); recreating it and dropping "
-                             "its unfinished episode", self.name, e, error)
-        try:
-            self.envs[e].close()
-        except Exception:  # a broken env may also fail to close; the new one matters
-            self.log.debug("closing broken env %d failed", e, exc_info=True)
-        self._incarnations[e] += 1
-        p = self.params
-        env = self._new_env()
-        env.reset_into(out, seed=env_seed(p.seed, self.worker, e, self._incarnations[e]))
-        self.envs[e] = env
-        self._apply_shaping(e)
 
     def _report_progress(self) -> None:
         # The metric too is counted here, not per step: a Prometheus increment in multiprocess

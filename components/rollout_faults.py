@@ -16,15 +16,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections import deque
 from typing import Any
 
 import numpy as np
 
 from components.env_guard import StepWatchdog, make_guarded_env
-from components.envs import MultiAgentEnv
+from components.envs import EnvError, MultiAgentEnv
 from components.recovery import BatcherStarted, WorkerSlots
 from sfbus import slot
+
+
+def env_seed(seed: int, worker: int, env: int, incarnation: int = 0) -> int:
+    """Seed of env ``env`` of worker ``worker``; a recreated env gets a fresh one."""
+    words = [seed, worker, env] + ([incarnation] if incarnation else [])
+    return int(np.random.SeedSequence(words).generate_state(1)[0])
 
 
 class WorkerFaults:
@@ -54,6 +62,7 @@ class WorkerFaults:
         self.stale_answers = 0
         self._watchdog = (StepWatchdog(p.env_step_timeout_s) if p.env_step_timeout_s > 0
                           else None)
+        self._env_failure_times: deque[float] = deque()
         self.every(p.inference_timeout_s, self._check_faults)
 
     def _stop_faults(self: Any) -> None:
@@ -68,6 +77,47 @@ class WorkerFaults:
         if getattr(self, "_watchdog", None) is not None:
             self._watchdog.close()
             self._watchdog = None
+
+    def _recreate(self: Any, e: int, out: dict[str, np.ndarray], error: EnvError) -> None:
+        """Replace broken env ``e`` with a fresh one reset into ``out``; its episode is lost.
+        Creation that fails is retried with back-off; past the attempts, or past
+        ``max_env_failures_per_minute``, the process gives up (the supervisor restarts it)."""
+        p = self.params
+        self.env_failures += 1
+        self._m_failures.inc()
+        now = time.monotonic()
+        recent = self._env_failure_times
+        recent.append(now)
+        while recent and now - recent[0] > 60.0:
+            recent.popleft()
+        if len(recent) > p.max_env_failures_per_minute:
+            self.fail_process(f"{len(recent)} env failures within a minute, the last: {error}")
+        self._rl_log.warning("env-error", "%s: env %d failed (%s); recreating it and dropping "
+                             "its unfinished episode", self.name, e, error)
+        try:
+            self.envs[e].close()
+        except Exception:  # a broken env may also fail to close; the new one matters
+            self.log.debug("closing broken env %d failed", e, exc_info=True)
+        for attempt in range(p.env_recreate_attempts):
+            self._incarnations[e] += 1
+            env = None
+            try:
+                env = self._new_env()
+                env.reset_into(out, seed=env_seed(p.seed, self.worker, e, self._incarnations[e]))
+            except Exception as failure:  # VizDoom cannot start, /dev/shm full, a buggy reset
+                if env is not None:
+                    with contextlib.suppress(Exception):
+                        env.close()
+                if attempt + 1 == p.env_recreate_attempts:
+                    self.fail_process(f"env {e} could not be recreated in {attempt + 1} "
+                                      f"attempts: {failure!r}")
+                self._rl_log.warning("env-recreate", "%s: recreating env %d failed (%r); "
+                                     "trying again", self.name, e, failure)
+                time.sleep(0.1 * 2 ** attempt)  # blocks the worker: its envs are what failed
+                continue
+            self.envs[e] = env
+            self._apply_shaping(e)
+            return
 
     def _new_env(self: Any) -> MultiAgentEnv:
         """A fresh env of the run, guarded against non-finite outputs and hung steps."""

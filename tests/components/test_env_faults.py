@@ -45,6 +45,12 @@ class FaultyEnv(ToyMultiAgentEnv):
             time.sleep(30)  # only the watchdog's signal gets us out
         elif fault == "abortable" and self.aborted.wait(30):
             raise EnvError("aborted")
+        elif fault == "value-error":
+            raise ValueError("a bug in the env")
+        elif fault == "assertion":
+            raise AssertionError("gymnasium's checks")
+        elif fault == "bad-shape":
+            obs_out["obs"][:] = np.zeros(7)  # an observation of the wrong shape
         return out
 
 
@@ -58,7 +64,8 @@ class AbortableEnv(FaultyEnv):
         self.aborted.set()
 
 
-@pytest.mark.parametrize("fault", ["nan-reward", "inf-obs", "sleep", "abortable"])
+@pytest.mark.parametrize("fault", ["nan-reward", "inf-obs", "sleep", "abortable", "value-error",
+                                   "assertion", "bad-shape"])
 async def test_faulty_env_is_recreated_and_its_episode_dropped(fault: str) -> None:
     FaultyEnv.FAULT = fault
     FaultyEnv.faults = 1
@@ -77,6 +84,65 @@ async def test_faulty_env_is_recreated_and_its_episode_dropped(fault: str) -> No
     assert first["dones"][:T].tolist() == [0, 0, 1] + [0] * (T - 3)
     assert first["rewards"][2] == 0.0 and np.isfinite(first["obs.obs"]).all()
     assert not collector.episodes  # the broken episode is dropped, not reported
+
+
+class FragileEnv(ToyMultiAgentEnv):
+    """A one-agent toy env whose creation fails while ``creations_to_fail`` lasts."""
+
+    creations_to_fail: ClassVar[int] = 0
+
+    def __init__(self, seed: int | None = None) -> None:
+        if FragileEnv.creations_to_fail > 0:
+            FragileEnv.creations_to_fail -= 1
+            raise RuntimeError("cannot start the engine")
+        super().__init__(num_agents=1, episode_length=100, seed=seed)
+
+
+@pytest.mark.parametrize(("failures", "gives_up"), [(3, False), (99, True)])
+async def test_failing_recreation_backs_off_and_gives_up_only_when_it_keeps_failing(
+        failures: int, gives_up: bool) -> None:
+    FragileEnv.creations_to_fail = 0
+    topo = topology(env=f"{__name__}:FragileEnv", env_recreate_attempts=5)
+    async with hosted(topo, "inproc") as actors:
+        worker, collector = actors["rollout"], actors["collector"]
+        await wait_until(lambda: len(collector.received) >= 2)
+        reasons: list[str] = []
+
+        def give_up(reason: str) -> None:
+            reasons.append(reason)
+            raise RuntimeError("the process would end here")
+
+        worker.fail_process = give_up
+        worker.on_failure = lambda where, error: None
+        FragileEnv.creations_to_fail = failures
+        obs = worker.spec.empty_obs()
+        started = time.monotonic()
+        if gives_up:
+            with pytest.raises(RuntimeError, match="the process would end here"):
+                worker._recreate(0, obs, EnvError("broken"))
+            assert reasons == ["env 0 could not be recreated in 5 attempts: "
+                               "RuntimeError('cannot start the engine')"]
+        else:
+            worker._recreate(0, obs, EnvError("broken"))
+            assert not reasons and FragileEnv.creations_to_fail == 0
+            received = len(collector.received)
+            await wait_until(lambda: len(collector.received) > received)  # sampling goes on
+        assert time.monotonic() - started > 0.1 * (2 ** min(failures, 4) - 1) - 0.05  # backed off
+    FragileEnv.creations_to_fail = 0
+
+
+async def test_envs_failing_over_and_over_end_the_worker_process() -> None:
+    FaultyEnv.FAULT = "value-error"
+    FaultyEnv.faults = 10**6
+    topo = topology(env=f"{__name__}:FaultyEnv", max_env_failures_per_minute=5)
+    async with hosted(topo, "inproc") as actors:
+        worker = actors["rollout"]
+        reasons: list[str] = []
+        worker.fail_process = reasons.append
+        await wait_until(lambda: reasons)
+        assert reasons[0] == ("6 env failures within a minute, the last: the env's step raised "
+                              "ValueError: a bug in the env")
+    FaultyEnv.faults = 0
 
 
 def test_guard_passes_a_healthy_step_through() -> None:
