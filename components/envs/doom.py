@@ -32,7 +32,7 @@ import numpy as np
 import vizdoom as vzd
 
 from components.envs import doom_spaces as ds
-from components.envs.doom_shm import remove_orphaned_segments
+from components.envs.doom_shm import start_sweeper
 from components.envs.spec import (
     EnvError,
     EnvSpec,
@@ -67,17 +67,6 @@ def engine_config_path() -> str:
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         folder = tempfile.mkdtemp(prefix="sfbus-vizdoom-")  # someone else's: use a fresh one
     return os.path.join(folder, "vizdoom.ini")
-
-
-_orphans_removed = False
-
-
-def remove_orphans_once() -> None:
-    """Clear what killed engines left in /dev/shm, once per process (e.g. a restarted worker)."""
-    global _orphans_removed
-    if not _orphans_removed:
-        _orphans_removed = True
-        remove_orphaned_segments()
 
 
 class DoomEnvError(EnvError):
@@ -158,7 +147,7 @@ class DoomEnv(MultiAgentEnv):
         """Shaping coefficients, read every step: mutate in place (PBT does)."""
         ds.check_shaping_keys(self.reward_shaping)
 
-        remove_orphans_once()
+        start_sweeper()
         self._game = g = vzd.DoomGame()
         g.set_doom_config_path(engine_config_path())
         g.load_config(os.path.join(vzd.scenarios_path, sc.cfg))

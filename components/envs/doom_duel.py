@@ -33,9 +33,9 @@ from components.envs.doom import (
     INTERPOLATION,
     DoomEnvError,
     engine_config_path,
-    remove_orphans_once,
 )
 from components.envs.doom_match import RESET, Match, MatchError, PlayerSetup, free_udp_port
+from components.envs.doom_shm import start_sweeper
 from components.envs.spec import EnvSpec, EpisodeStats, MultiAgentEnv, ObsDict, ObsField, StepOutput
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class DoomDuelEnv(MultiAgentEnv):
         self._prev = np.zeros((num_agents, len(self._vars)))
         self._start = np.zeros((num_agents, len(self._vars)))
         self._match: Match | None = None
-        remove_orphans_once()
+        start_sweeper()
 
     @property
     def spec(self) -> EnvSpec:
