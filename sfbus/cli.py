@@ -158,7 +158,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 def cmd_clean(args: argparse.Namespace) -> int:
     """Remove shared-memory segments left by runs whose launcher died."""
-    from sfbus.shm import clean_stale_segments
+    from sfbus.shm_cleanup import clean_stale_segments
 
     removed = clean_stale_segments()
     for path in removed:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import mmap
 import os
@@ -36,9 +37,7 @@ __all__ = [
     "ArraySpec",
     "SharedArray",
     "SharedMemory",
-    "clean_stale_segments",
     "new_run_id",
-    "remove_run_segments",
     "segment_path",
 ]
 
@@ -51,7 +50,6 @@ _PREFIX = "sfbus-"
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 # The token has no '-', so the prefix "sfbus-{run_id}-" of one run never matches another run's.
 _RUN_ID_RE = re.compile(r"([0-9]+)-([A-Za-z0-9_]+)")
-_SEGMENT_RE = re.compile(r"sfbus-([0-9]+)-([A-Za-z0-9_]+)-([A-Za-z0-9_.-]+)")
 # Kinds that map onto raw bytes: bool, signed/unsigned int, float, complex.
 _DTYPE_KINDS = "biufc"
 _MAX_FILENAME = 255
@@ -186,18 +184,23 @@ class SharedArray:
         """Map the existing segment for ``spec``; raise SharedMemoryError if missing or resized."""
         path = segment_path(run_id, spec.name)
         try:
-            fd = os.open(path, os.O_RDWR)
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             raise SharedMemoryError(
                 f"shared-memory segment '{path}' does not exist: the launcher of run {run_id}"
                 " has not created it, or the run has ended"
             ) from None
         except OSError as exc:
+            reason = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
             raise SharedMemoryError(
-                f"cannot open shared-memory segment '{path}': {exc.strerror}"
+                f"cannot open shared-memory segment '{path}': {reason}"
             ) from exc
         try:
-            size = os.fstat(fd).st_size
+            info = os.fstat(fd)
+            if info.st_uid != os.getuid():  # planted by another user in the shared /dev/shm
+                raise SharedMemoryError(f"shared-memory segment '{path}' belongs to uid "
+                                        f"{info.st_uid}, not to this user; refusing to map it")
+            size = info.st_size
             if size != spec.nbytes:
                 raise SharedMemoryError(
                     f"shared-memory segment '{path}' is {size} bytes, but spec"
@@ -277,16 +280,19 @@ class SharedMemory(Mapping[str, SharedArray]):
     process (the launcher included) calls :meth:`attach` or uses the created object.
     """
 
-    def __init__(self, run_id: str, arrays: dict[str, SharedArray]) -> None:
+    def __init__(self, run_id: str, arrays: dict[str, SharedArray],
+                 liveness: int | None = None) -> None:
         """Wrap arrays already mapped; use :meth:`create` or :meth:`attach` instead."""
         self._run_id = run_id
         self._arrays = arrays
+        self._liveness = liveness  # the creator's flock: while held, the run is alive
 
     @classmethod
     def create(cls, run_id: str, specs: Iterable[ArraySpec]) -> SharedMemory:
         """Create every array of ``specs``, all or none; raise SharedMemoryError on failure."""
         specs = _unique(specs)
         arrays: dict[str, SharedArray] = {}
+        liveness = _hold_liveness_lock(run_id)
         try:
             for spec in specs:
                 arrays[spec.name] = SharedArray.create(run_id, spec)
@@ -294,8 +300,9 @@ class SharedMemory(Mapping[str, SharedArray]):
             for array in arrays.values():
                 array.close()
                 array.unlink()
+            _release_liveness_lock(run_id, liveness)
             raise
-        return cls(run_id, arrays)
+        return cls(run_id, arrays, liveness)
 
     @classmethod
     def attach(cls, run_id: str, specs: Iterable[ArraySpec]) -> SharedMemory:
@@ -341,9 +348,13 @@ class SharedMemory(Mapping[str, SharedArray]):
             array.close()
 
     def unlink(self) -> None:
-        """Remove every array's file; idempotent, ignores files already gone."""
+        """Remove every array's file (and, for the creator, the run's liveness lock);
+        idempotent, ignores files already gone."""
         for array in self._arrays.values():
             array.unlink()
+        if self._liveness is not None:
+            _release_liveness_lock(self._run_id, self._liveness)
+            self._liveness = None
 
     def __enter__(self) -> Self:
         return self
@@ -355,66 +366,24 @@ class SharedMemory(Mapping[str, SharedArray]):
         return f"<SharedMemory run={self._run_id} arrays={list(self._arrays)}>"
 
 
-def remove_run_segments(run_id: str) -> list[str]:
-    """Remove every segment of run ``run_id``; return the removed paths."""
+def liveness_lock_path(run_id: str) -> str:
+    """The lock file its launcher holds (``flock``) for as long as run ``run_id`` lives: the
+    kernel drops the lock when the launcher exits however it exits, so ``sfbus clean`` can tell
+    a dead run from a live one even in another PID namespace sharing /dev/shm."""
     _check_run_id(run_id)
-    prefix = f"{_PREFIX}{run_id}-"
-    removed = []
-    for filename in sorted(_list_shm()):
-        if filename.startswith(prefix):
-            path = os.path.join(SHM_DIR, filename)
-            if _unlink_quietly(path):
-                removed.append(path)
-    return removed
+    return os.path.join(SHM_DIR, f"{_PREFIX}{run_id}.lock")
 
 
-def clean_stale_segments() -> list[str]:
-    """Remove the segments of launchers that no longer run; return the removed paths.
-
-    A segment whose launcher pid is alive is never touched. A dead launcher's pid reused by an
-    unrelated process keeps its segments until that process ends too: keeping a little memory is
-    better than deleting a live run's buffers.
-    """
-    alive: dict[int, bool] = {}
-    removed = []
-    for filename in sorted(_list_shm()):
-        match = _SEGMENT_RE.fullmatch(filename)
-        if match is None:
-            continue
-        pid = int(match.group(1))
-        if pid not in alive:
-            alive[pid] = _pid_alive(pid)
-        if alive[pid]:
-            continue
-        path = os.path.join(SHM_DIR, filename)
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            continue  # another cleaner got there first
-        except PermissionError:
-            # /dev/shm is sticky: another user's stale segment is theirs to remove.
-            logger.warning("cannot remove stale segment %s: permission denied", path)
-            continue
-        removed.append(path)
-    if removed:
-        logger.info("removed %d stale shared-memory segment(s) of dead runs", len(removed))
-    return removed
+def _hold_liveness_lock(run_id: str) -> int:
+    path = liveness_lock_path(run_id)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
 
 
-def _pid_alive(pid: int) -> bool:
-    # pid 0 and negative pids name process groups for os.kill, not a launcher: call them alive so
-    # a name we did not make is left alone.
-    if pid <= 0:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists but belongs to another user
-    except OverflowError:
-        return False  # larger than any pid the kernel can give out
-    return True
+def _release_liveness_lock(run_id: str, fd: int) -> None:
+    _unlink_quietly(liveness_lock_path(run_id))
+    os.close(fd)
 
 
 def _reserve(fd: int, path: str, nbytes: int) -> None:

@@ -57,7 +57,8 @@ from sfbus.rundir import (
     write_manifest,
     write_snapshot,
 )
-from sfbus.shm import SharedMemory, clean_stale_segments, new_run_id, remove_run_segments
+from sfbus.shm import SharedMemory, new_run_id
+from sfbus.shm_cleanup import clean_stale_segments, remove_run_segments
 from sfbus.topology.model import Topology
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,7 @@ class Supervisor:
                     child.control.close(linger=0)
             if shm is not None:
                 shm.close()
+                shm.unlink()
             remove_run_segments(self.run_id)
             remove_sock_dir(self.sock_dir)
             self._zmq.term()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import subprocess
@@ -18,11 +19,11 @@ from sfbus.shm import (
     ArraySpec,
     SharedArray,
     SharedMemory,
-    clean_stale_segments,
+    liveness_lock_path,
     new_run_id,
-    remove_run_segments,
     segment_path,
 )
+from sfbus.shm_cleanup import clean_stale_segments, remove_run_segments
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -237,3 +238,51 @@ def test_clean_stale_segments_removes_dead_runs_only(run_id: str) -> None:
         assert segment_path(run_id, "a") not in removed
     finally:
         remove_run_segments(dead_run)
+
+
+def test_a_run_whose_launcher_holds_its_lock_is_alive_whatever_its_pid(run_id: str) -> None:
+    # A launcher in another PID namespace: its pid means nothing here, its lock does.
+    foreign = f"{_dead_pid()}-{run_id.split('-')[1]}x"
+    code = (f"import sys; from sfbus.shm import ArraySpec, SharedMemory; "
+            f"m = SharedMemory.create({foreign!r}, [ArraySpec('a', (1,), 'int8')]); "
+            "print('up', flush=True); sys.stdin.read(); m.unlink()")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert holder.stdout.readline() == "up\n"
+        assert segment_path(foreign, "a") not in clean_stale_segments()
+        assert os.path.exists(segment_path(foreign, "a"))
+        holder.kill()  # no clean-up of its own: the kernel drops the lock
+        holder.communicate(timeout=30)
+        assert clean_stale_segments() == [segment_path(foreign, "a")]
+        assert not os.path.exists(liveness_lock_path(foreign))
+    finally:
+        holder.kill()
+        holder.communicate(timeout=30)
+        remove_run_segments(foreign)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(liveness_lock_path(foreign))
+
+
+def test_attach_refuses_a_symlink(run_id: str, tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"\0")
+    os.symlink(target, segment_path(run_id, "a"))
+    try:
+        with pytest.raises(SharedMemoryError, match="it is a symbolic link"):
+            SharedArray.attach(run_id, ArraySpec("a", (1,), "int8"))
+    finally:
+        os.unlink(segment_path(run_id, "a"))
+
+
+def test_attach_refuses_another_users_segment(run_id: str) -> None:
+    SharedArray.create(run_id, ArraySpec("a", (1,), "int8")).close()
+    try:
+        if os.getuid() == 0:
+            os.chown(segment_path(run_id, "a"), 65534, 65534)  # nobody
+        else:
+            pytest.skip("needs root to give a file to another user")
+        with pytest.raises(SharedMemoryError, match="belongs to uid 65534, not to this user"):
+            SharedArray.attach(run_id, ArraySpec("a", (1,), "int8"))
+    finally:
+        remove_run_segments(run_id)

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sfbus.errors import SlotPoolError, SlotPoolExhausted
-from sfbus.shm import ArraySpec, SharedMemory, new_run_id, remove_run_segments
+from sfbus.shm import ArraySpec, SharedMemory, new_run_id
+from sfbus.shm_cleanup import remove_run_segments
 from sfbus.slot_pool import SlotPool
 
 REPO = Path(__file__).resolve().parents[2]
