@@ -41,9 +41,11 @@ group samples): the audit that the ranks agree.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -64,6 +66,8 @@ class NodeGroup:
     world_size: int
     rank: int
     local_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
 
 
 def group_from_env(environ: Mapping[str, str] = os.environ) -> NodeGroup | None:
@@ -77,7 +81,8 @@ def group_from_env(environ: Mapping[str, str] = os.environ) -> NodeGroup | None:
     rank = int(environ["RANK"])
     if not 0 <= rank < world_size:
         raise ValueError(f"RANK {rank} is not below WORLD_SIZE {world_size}")
-    return NodeGroup(world_size, rank, int(environ.get("LOCAL_RANK", "0")))
+    return NodeGroup(world_size, rank, int(environ.get("LOCAL_RANK", "0")),
+                     environ["MASTER_ADDR"], int(environ["MASTER_PORT"]))
 
 
 def check_supported(num_policies: int) -> None:
@@ -113,19 +118,34 @@ class Peers:
         self._views = list(self._flat[:-3].split(sizes))
 
     def join(self) -> None:
-        """Block until every rank joined (``init_process_group`` over ``env://``)."""
+        """Block until every rank joined, meeting at rank 0's store on the master address."""
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        dist.init_process_group(self.backend, init_method="env://", timeout=self.timeout,
-                                world_size=self.group.world_size, rank=self.group.rank)
+        dist.init_process_group(self.backend, store=rendezvous(self.group, self.timeout),
+                                timeout=self.timeout, world_size=self.group.world_size,
+                                rank=self.group.rank)
         self.active = True
 
-    def broadcast(self, state: Any) -> Any:
-        """Rank 0's ``state`` (any picklable object), on every rank."""
-        box = [state if self.group.rank == 0 else None]
-        dist.broadcast_object_list(box, src=0,
-                                   device=self.device if self.backend == "nccl" else None)
-        return box[0]
+    def broadcast(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Rank 0's ``state`` (tensors, numbers, strings, nested dicts and lists), on every rank.
+
+        Sent as the bytes of ``torch.save`` and read with ``weights_only=True``: a peer's bytes
+        can never run code here, unlike ``broadcast_object_list``'s pickles."""
+        device = self.device if self.backend == "nccl" else torch.device("cpu")
+        payload = torch.zeros(0, dtype=torch.uint8)
+        if self.group.rank == 0:
+            buffer = io.BytesIO()
+            torch.save(state, buffer)
+            payload = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+        size = torch.tensor([payload.numel()], dtype=torch.int64, device=device)
+        dist.broadcast(size, src=0)
+        data = payload.to(device) if self.group.rank == 0 else torch.empty(
+            int(size.item()), dtype=torch.uint8, device=device)
+        dist.broadcast(data, src=0)
+        if self.group.rank == 0:
+            return state
+        return torch.load(io.BytesIO(data.cpu().numpy().tobytes()), weights_only=True,
+                          map_location=self.device)
 
     def average(self, finite: bool, samples: int) -> bool:
         """All-reduce this step's gradients and statistics; True if every rank's loss was finite.
@@ -203,6 +223,26 @@ class Peers:
     def _end(self, why: str) -> None:
         self.active = False
         self.log.warning("rank %d: %s; training alone from now on", self.group.rank, why)
+
+
+def rendezvous(group: NodeGroup, timeout: timedelta) -> dist.TCPStore:
+    """The group's key-value store. Rank 0 serves it on the master address only (``env://``
+    listens on every interface, even for ``--master 127.0.0.1:PORT``); the others connect."""
+    host, port = group.master_addr, group.master_port
+    if group.rank != 0:
+        return dist.TCPStore(host, port, group.world_size, False, timeout)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen()
+    except OSError:
+        listener.close()
+        raise
+    # The store owns the socket from here on (it closes it).
+    return dist.TCPStore(host, port, group.world_size, True, timeout, wait_for_workers=False,
+                         master_listen_fd=listener.detach(), use_libuv=True)
 
 
 def join_peers(learner: Any) -> Peers | None:

@@ -117,7 +117,8 @@ def test_group_comes_from_torchrun_variables() -> None:
     assert group_from_env({"WORLD_SIZE": "1"}) is None
     env = {"WORLD_SIZE": "4", "RANK": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "h",
            "MASTER_PORT": "1"}
-    assert group_from_env(env) == NodeGroup(world_size=4, rank=2, local_rank=1)
+    assert group_from_env(env) == NodeGroup(world_size=4, rank=2, local_rank=1, master_addr="h",
+                                            master_port=1)
     with pytest.raises(ValueError, match="MASTER_ADDR, MASTER_PORT is not set"):
         group_from_env({"WORLD_SIZE": "2", "RANK": "0"})
     with pytest.raises(ValueError, match="RANK 2 is not below WORLD_SIZE 2"):
@@ -133,3 +134,33 @@ def test_populations_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     check_supported(1)
     with pytest.raises(ValueError, match="not supported with several policies"):
         check_supported(4)
+
+
+def _listening(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net shows them) listening on TCP ``port``."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hexport = local.rpartition(":")
+            if int(hexport, 16) == port and state == "0A":  # LISTEN
+                found.add(address)
+    return found
+
+
+def test_the_rendezvous_listens_on_the_master_address_only() -> None:
+    from datetime import timedelta
+
+    from components.distributed import rendezvous
+
+    port = free_port()
+    store = rendezvous(NodeGroup(2, 0, master_addr="127.0.0.1", master_port=port),
+                       timedelta(seconds=5))
+    try:
+        assert _listening(port) == {"0100007F"}  # 127.0.0.1, not 0.0.0.0 or ::
+        store.set("k", "v")
+        client = rendezvous(NodeGroup(2, 1, master_addr="127.0.0.1", master_port=port),
+                            timedelta(seconds=5))
+        assert client.get("k") == b"v"
+    finally:
+        del store
