@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from sfbus.routing import RoutingTable
 from sfbus.topology import load_topology
 
 TOPOLOGIES = sorted((Path(__file__).parents[2] / "topologies").glob("*.yaml"))
@@ -21,7 +23,21 @@ def test_topology_loads(path: Path) -> None:
     assert topology.processes
 
 
+@pytest.mark.parametrize("cores", [1, 2, 4, 8])
+@pytest.mark.parametrize("path", TOPOLOGIES, ids=lambda p: p.stem)
+def test_topology_is_valid_on_any_core_count(path: Path, cores: int,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # 'replicas: auto' and 'cpu_affinity: auto' follow the machine's cores: a shipped topology
+    # must stay valid on the CI machine and on a user's, whatever their count.
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    topology = load_topology(path)
+    RoutingTable(topology).array_specs()  # sizes, sync-mode batch arithmetic, ...
+    if path.stem == "doom_basic":  # the patched count is the one 'auto' reads
+        assert {p.name: p.replicas for p in topology.processes}["rollout"] == cores
+
+
 @pytest.mark.multiprocess
+@pytest.mark.timeout(180)  # above the run's own 120 s limit
 @pytest.mark.parametrize("path", TOPOLOGIES, ids=lambda p: p.stem)
 def test_topology_runs_briefly(path: Path, tmp_path: Path) -> None:
     overrides = SMALL if "num_envs" in load_topology(path).settings else []
