@@ -238,7 +238,7 @@ def test_unknown_env_lists_known_names():
 def test_env_spec_validation():
     with pytest.raises(ValueError, match="exactly one"):
         EnvSpec({"obs": ObsField((1,), "float32")})
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="data type 'unit8' not understood"):
         ObsField((1,), "unit8")
 
 

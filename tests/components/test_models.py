@@ -183,9 +183,10 @@ def test_gradient_reaches_every_parameter(core, gaussian):
 
 
 def test_exactly_one_action_space():
-    with pytest.raises(ValueError):
+    message = r"give exactly one of action_heads \(categorical\) or action_dim \(Box\)"
+    with pytest.raises(ValueError, match=message):
         ActorCritic({"obs": ((4,), "float32")}, (2,), 3, ModelConfig())
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message):
         ActorCritic({"obs": ((4,), "float32")}, None, None, ModelConfig())
 
 

@@ -201,7 +201,7 @@ def test_appo_loss_normalizes_returns(model):
     batch = make_batch(model)
     batch["rewards"] = batch["rewards"] * 100 + 50
     normalizer = ReturnsNormalizer()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"cfg\.normalize_returns needs a returns_normalizer"):
         appo_loss(model, batch, AppoConfig())
     appo_loss(model, batch, AppoConfig(), returns_normalizer=normalizer)
     assert normalizer.count.item() == 18 and normalizer.mean.item() > 10

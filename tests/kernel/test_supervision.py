@@ -49,6 +49,29 @@ class SlowStarter(Actor):
         self.stop_run(f"started on try {starts}")
 
 
+class Raiser(Actor):
+    """A timer that raises once, then ends the run."""
+
+    async def on_start(self) -> None:
+        """Start the timer."""
+        self.every(0.05, self._tick, "tick")
+
+    def _tick(self) -> None:
+        if not getattr(self, "raised", False):
+            self.raised = True
+            raise ValueError("on purpose")
+        self.stop_run("raised once")
+
+
+def test_a_slot_or_timer_that_raises_shows_in_the_runs_output(tmp_path: Path) -> None:
+    # The phrase the real-run tests look for to say that no actor raised: their positive control.
+    topology = _topology(tmp_path, "tests.kernel.test_supervision:Raiser")
+    run = start_run(topology, tmp_path / "run")
+    _out, err = run.communicate(timeout=60)
+    assert run.returncode == 0, err[-3000:]
+    assert "a.tick raised ValueError('on purpose')" in err and " raised " in err
+
+
 class Crasher(Actor):
     """Fails in on_start, every time."""
 
