@@ -1,0 +1,49 @@
+"""SIGTERM to the launcher stops a CartPole run with its final checkpoint; --resume continues it."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from sfbus.procfs import run_children
+from tests.kernel.runs import start_run, wait_for
+from tests.topologies.test_chaos import SMALL, frames, progress
+
+pytestmark = pytest.mark.multiprocess
+CARTPOLE = Path(__file__).parents[2] / "topologies" / "cartpole.yaml"
+
+
+@pytest.mark.timeout(240)
+def test_sigterm_checkpoints_and_resume_continues_from_it(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run = start_run(CARTPOLE, run_dir, *SMALL, "--max-seconds", "100")
+    try:
+        wait_for(lambda: frames(run_dir) > 5000, 60, "training to start")
+        run.send_signal(signal.SIGTERM)
+        _out, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+        run.wait()
+    assert run.returncode == 130, err[-3000:]
+    assert run_children(run_dir) == {}
+    saved = re.findall(r"final checkpoint \S+checkpoint_(\d+)\.pt \(version (\d+)\)",
+                       (run_dir / "logs" / "learner.log").read_text())
+    assert saved, "no final checkpoint"
+    version = int(saved[-1][1])
+    first_frames = frames(run_dir)
+    assert version > 1 and (run_dir / "checkpoints" / "policy_0" /
+                            f"checkpoint_{int(saved[-1][0]):09d}.pt").is_file()
+
+    resumed = start_run(CARTPOLE, run_dir, *SMALL, "--resume", str(run_dir),
+                        "--max-frames", str(first_frames + 4000))
+    _out, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err[-3000:]
+    log = (run_dir / "logs" / "learner.log").read_text()
+    assert re.search(rf"resumed from \S+ \(version {version}\)", log), log[-2000:]
+    records = progress(run_dir)
+    assert records[-1]["env_frames"] > first_frames  # counted on from the first run's frames
+    versions = [r["policies"]["0"].get("version", 0) for r in records]
+    assert max(versions) > version
