@@ -19,12 +19,14 @@ logger = logging.getLogger(__name__)
 
 
 def remove_run_segments(run_id: str) -> list[str]:
-    """Remove every segment of run ``run_id``; return the removed paths."""
+    """Remove every segment of run ``run_id`` and its liveness lock file; return the removed
+    paths. For a run that is over: its launcher's lock is dropped with the file."""
     _check_run_id(run_id)
     prefix = f"{_PREFIX}{run_id}-"
+    lock = os.path.basename(liveness_lock_path(run_id))
     removed = []
     for filename in sorted(_list_shm()):
-        if filename.startswith(prefix):
+        if filename.startswith(prefix) or filename == lock:
             path = os.path.join(SHM_DIR, filename)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)

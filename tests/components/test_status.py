@@ -35,6 +35,7 @@ def test_status_line_per_policy() -> None:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.timeout(180)  # above the run's own limit
 def test_live_status_renders_on_a_terminal(tmp_path: Path) -> None:
     master, slave = pty.openpty()
     run = subprocess.Popen(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sfbus import Actor, ArraySpec
 from sfbus.procfs import run_children
 from tests.kernel.runs import segments_of, start_run, wait_for
 
@@ -21,10 +22,27 @@ ENDLESS = """
 settings: {count: %d}
 processes:
   sender: {actors: {sender: {class: tests.kernel.test_flood:FloodSender}}}
-  receiver: {actors: {receiver: {class: tests.kernel.test_flood:FloodReceiver}}}
+  receiver:
+    actors:
+      receiver: {class: tests.kernel.test_flood:FloodReceiver}
+      holder: {class: tests.kernel.test_run:Holder}
 connections:
   - {from: sender.sent, to: receiver.on_sent}
 """
+
+
+class Holder(Actor):
+    """Owns a shared array, so that the clean-up checks have a segment to look for."""
+
+    @classmethod
+    def shared_arrays(cls, name: str, params: object, topology: object) -> list[ArraySpec]:
+        """One small array."""
+        return [ArraySpec(f"{name}.data", (1024,), "float32")]
+
+
+def array_segments(pid: int) -> list[str]:
+    """The run's array segments (not its liveness lock)."""
+    return [n for n in segments_of(pid) if not n.endswith(".lock")]
 
 
 def test_ctrl_c_leaves_no_process_segment_or_socket(tmp_path: Path) -> None:
@@ -35,7 +53,7 @@ def test_ctrl_c_leaves_no_process_segment_or_socket(tmp_path: Path) -> None:
     try:
         wait_for(lambda: len(run_children(run_dir)) == 2, 30, "both processes to run")
         # the run's segments exist, so that their absence after the run means something
-        wait_for(lambda: segments_of(run.pid), 10, "the run's segments")
+        wait_for(lambda: array_segments(run.pid), 10, "the run's segments")
         manifest = json.loads((run_dir / "run.json").read_text())
         sock_dir = Path(manifest["sock_dir"])
         wait_for(lambda: (sock_dir / "receiver.ipc").exists(), 10, "the receiver's socket")
@@ -58,6 +76,7 @@ def test_killed_launcher_takes_children_and_clean_removes_its_memory(tmp_path: P
     try:
         wait_for(lambda: len(run_children(run_dir)) == 2, 30, "both processes to run")
         wait_for(lambda: (run_dir / "run.json").exists(), 10, "the manifest")
+        assert array_segments(run.pid)
     finally:
         run.kill()
         run.communicate()

@@ -49,7 +49,7 @@ def _run_child(code: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
+        env=env, capture_output=True, text=True, timeout=60, check=False,
     )
     assert result.returncode == 0, result.stderr
 
@@ -224,6 +224,15 @@ def test_remove_run_segments_spares_other_runs(run_id: str) -> None:
         assert os.path.exists(segment_path(other, "a"))
     finally:
         remove_run_segments(other)
+
+
+def test_remove_run_segments_takes_the_runs_lock_file_too(run_id: str) -> None:
+    shm = SharedMemory.create(run_id, [ArraySpec("a", (1,), "int8")])
+    shm.close()  # a test or a crash that never unlinked
+    assert os.path.exists(liveness_lock_path(run_id))
+    assert remove_run_segments(run_id) == sorted([segment_path(run_id, "a"),
+                                                  liveness_lock_path(run_id)])
+    assert not os.path.exists(liveness_lock_path(run_id))
 
 
 def test_clean_stale_segments_removes_dead_runs_only(run_id: str) -> None:

@@ -257,6 +257,8 @@ def two_policy_topology(folder: Path) -> Path:
 
     doc["name"] = "cartpole_eval2"
     doc["settings"]["num_policies"] = 2
+    for pbt_only in ("interval", "mutable"):  # no actor reads them without PBT: an error
+        del doc["settings"][pbt_only]
     learner = doc["processes"]["learner"]["actors"]
     doc["processes"]["learner"]["actors"] = {k: v for k, v in learner.items() if kept(k)}
     doc["processes"]["evaluator"] = yaml.safe_load(

@@ -29,6 +29,7 @@ def test_population_topologies_have_one_learner_per_policy(name: str, size: int)
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
+@pytest.mark.timeout(180)  # above the run's own limit
 def test_cartpole_population_mutates_and_exchanges_weights(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     done = subprocess.run(
