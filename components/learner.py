@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import torch
 
@@ -34,18 +34,16 @@ from components.buffers import (
     rollout_workers,
     trajectory_layout,
 )
-from components.checkpoint import (
-    config_fingerprint,
-    load_newest,
-    save_checkpoint,
-)
+from components.checkpoint import config_fingerprint, load_newest
 from components.config import DataPathParams
 from components.distributed import Peers, check_supported, join_peers, record_batch
 from components.envs import env_spec
 from components.heap import keep_freed_memory
+from components.learner_checkpoints import Kind, LearnerCheckpoints
 from components.learner_faults import NumericsGuard, restore_published
 from components.messages import (
     BatchReady,
+    EpisodeFinished,
     LearnerIdle,
     SlotsReleased,
     TrainingStats,
@@ -90,6 +88,16 @@ class Learner(PopulationMember):
         """Seconds between checkpoints (one more is written at a graceful stop)."""
         keep_checkpoints: int = 3
         """Newest checkpoints kept; older ones are deleted."""
+        save_best_metric: Literal["true_return", "episode_return", ""] = "true_return"
+        """Score of the best checkpoint (``checkpoints/policy_<id>/best``): the mean of the
+        last 100 episodes' unshaped score (their return where the env reports none), or of their
+        return; "" writes none. Needs ``rollout.episode_finished`` wired to this learner."""
+        save_best_after: int = 100_000
+        """Env frames trained on before a best checkpoint is written (early means are noise)."""
+        save_best_every_s: float = 5.0
+        """Seconds at least between two best checkpoints (a rising metric beats it often)."""
+        save_milestones_s: float = 0.0
+        """Seconds between milestone checkpoints (``milestones/``, all kept); 0: none."""
         torch_threads: int = 1
         """Intra-op threads of torch in this process (1: the learner owns a core;
         ``appo_local_inference.yaml`` gives it 2, sharing the rollout processes' cores)."""
@@ -116,7 +124,8 @@ class Learner(PopulationMember):
         self.samples = 0
         self.env_frames = 0
         self.skipped_steps = 0
-        self.checkpoint_dir: Path | None = None
+        self.checkpoints: LearnerCheckpoints | None = None
+        """The checkpoint schedule; None without a run directory."""
         self._background: asyncio.Future[Any] | None = None
         self._stopping = False
         self._failed_batches = 0
@@ -179,8 +188,10 @@ class Learner(PopulationMember):
                                          rollout_workers(topology, p.rollout_actor), self.log)
         self.weights = PolicyWeights(self.context, p.policy)
         if self.context.run_dir is not None:
-            self.checkpoint_dir = Path(self.context.run_dir, "checkpoints", f"policy_{p.policy}")
-            newest = load_newest(self.checkpoint_dir, self.config_fingerprint(), log=self.log)
+            self.checkpoints = LearnerCheckpoints(
+                Path(self.context.run_dir, "checkpoints", f"policy_{p.policy}"), p.policy, p)
+            newest = load_newest(self.checkpoints.folder, self.config_fingerprint(),
+                                 log=self.log)
             if newest is not None:
                 self.restore(newest[1])
                 self.log.info("%s: resumed from %s (version %d)", self.name, newest[0],
@@ -191,7 +202,6 @@ class Learner(PopulationMember):
                              "(version %d)", self.name, self.version)
         else:  # a restarted learner cannot rejoin: its peers ended the group when it died
             self.peers = await self._in_thread(join_peers, self)
-        self._last_checkpoint = time.monotonic()
         self._publish()
         self.learner_idle.emit(LearnerIdle(p.policy))
 
@@ -243,12 +253,11 @@ class Learner(PopulationMember):
             if to_release:
                 self._release(to_release)
         self._report(result)
-        if (self.checkpoint_dir is not None
-                and time.monotonic() - self._last_checkpoint >= p.checkpoint_every_s):
+        kinds = self.checkpoints.due(self.env_frames) if self.checkpoints is not None else ()
+        if kinds:
             try:
-                await self._in_thread(self.save)
+                await self._in_thread(self.save, kinds)
             except Exception as error:  # disk full, folder replaced: retried at the next interval
-                self._last_checkpoint = time.monotonic()
                 self._m_checkpoint_failures.inc()
                 self.report_failure("checkpoint", error)
 
@@ -426,16 +435,22 @@ class Learner(PopulationMember):
         self.env_frames = int(state["env_frames"])
         self.train_steps = int(state["train_steps"])
         self.samples = int(state["samples"])
+        if self.checkpoints is not None:
+            self.checkpoints.restore(state)
         self.restore_population(state)
 
-    def save(self) -> Path | None:
-        """Write a checkpoint of the current state (None without a run directory)."""
-        if self.checkpoint_dir is None:
+    def save(self, kinds: tuple[Kind, ...] = ("latest",)) -> Path | None:
+        """Write the current state as checkpoints of ``kinds``; returns the first one written
+        (None without a run directory)."""
+        if self.checkpoints is None:
             return None
-        path = save_checkpoint(self.checkpoint_dir, self.state(), self.version,
-                               self.params.keep_checkpoints)
-        self._last_checkpoint = time.monotonic()
-        return path
+        return self.checkpoints.write(self.state(), self.version, kinds)[0]
+
+    @slot
+    def on_episode_finished(self, msg: EpisodeFinished) -> None:
+        """Count an episode of this policy towards the best checkpoint's metric."""
+        if self.checkpoints is not None:
+            self.checkpoints.on_episode(msg)
 
     async def on_stop(self) -> None:
         """Wait for an in-flight training step or save, then write the final checkpoint."""

@@ -171,7 +171,7 @@ class PopulationMember(Actor):
         self.log.info("%s: now a copy of policy %d (its version %d) as version %d; older "
                       "experience is discarded", self.name, msg.source, source_version,
                       self.version)
-        if self.checkpoint_dir is not None:
+        if self.checkpoints is not None:
             await self._in_thread(self.save)  # a resume must not undo the exchange
         self.policy_replaced.emit(PolicyReplaced(self.params.policy, msg.source, msg.exchange,
                                                  self.version, source_version))

@@ -18,6 +18,7 @@ from components.checkpoint import (
     save_checkpoint,
 )
 from components.learner import Learner
+from components.learner_checkpoints import LearnerCheckpoints
 from components.models import ModelConfig
 
 T = 8
@@ -173,7 +174,7 @@ def test_resume_is_bit_identical(tmp_path):
     first = make_learner()
     for seed in range(3):
         first.train(random_batch(first, seed))
-    first.checkpoint_dir = tmp_path
+    first.checkpoints = LearnerCheckpoints(tmp_path, 0, first.params)
     path = first.save()
     assert path == tmp_path / "checkpoint_000000004.pt"
 

@@ -1,0 +1,97 @@
+"""The learner's checkpoint schedule: newest K, the best by a metric, milestones."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from components.checkpoint import list_checkpoints, load_checkpoint
+from components.learner import Learner
+from components.learner_checkpoints import BEST_EPISODES, LearnerCheckpoints
+from components.messages import EpisodeFinished
+
+PARAMS = Learner.Params(env="gym:CartPole-v1", checkpoint_every_s=60.0, keep_checkpoints=2,
+                        save_best_after=1000, save_best_every_s=5.0, save_milestones_s=0.0)
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def episode(score: float, policy: int = 0, true_return: float = math.nan) -> EpisodeFinished:
+    return EpisodeFinished(policy=policy, episode_return=score, length=10, frames=40,
+                           true_return=true_return)
+
+
+def test_best_follows_the_metric_after_its_frames_and_interval(tmp_path: Path) -> None:
+    clock = Clock()
+    keeper = LearnerCheckpoints(tmp_path, 0, PARAMS, clock)
+    state = {"policy": {"w": torch.zeros(2)}}
+    written = []
+    # (time, env frames, episode scores arriving before the step) -> the metric sequence
+    steps = [(1, 500, [10.0]), (2, 1000, [30.0]), (3, 2000, [80.0]), (8, 3000, [-50.0]),
+             (14, 4000, [100.0, 100.0]), (20, 5000, [1.0] * BEST_EPISODES)]
+    for version, (at, frames, scores) in enumerate(steps, 1):
+        clock.now = at
+        for score in scores:
+            keeper.on_episode(episode(score))
+        keeper.on_episode(episode(1e6, policy=1))  # another policy's episodes do not count
+        kinds = keeper.due(frames)
+        if kinds:
+            keeper.write(state, version, kinds)
+            written.append((version, kinds, keeper.best))
+    # v1: before save_best_after; v2: first best (mean 20); v3: within 5 s of it; v4: the mean
+    # fell (17.5); v5: mean 45 beats 20; v6: mean 1.0 is worse
+    assert written == [(2, ("best",), 20.0), (5, ("best",), 45.0)]
+    (best,) = list_checkpoints(tmp_path / "best")
+    saved = load_checkpoint(best, required=("policy", "best"))
+    assert best.name == "checkpoint_000000005.pt"
+    assert saved["best"] == {"metric": "true_return", "score": 45.0}
+    assert list_checkpoints(tmp_path) == []  # no periodic one was due
+
+
+def test_true_return_is_the_metric_where_the_env_reports_it(tmp_path: Path) -> None:
+    true = LearnerCheckpoints(tmp_path, 0, PARAMS, Clock())
+    shaped = LearnerCheckpoints(tmp_path, 0, replace(PARAMS, save_best_metric="episode_return"),
+                                Clock())
+    for keeper in (true, shaped):
+        keeper.on_episode(episode(5.0, true_return=1.0))
+        keeper.on_episode(episode(7.0))  # no true return reported: the return stands in
+    assert (true.metric(), shaped.metric()) == (4.0, 6.0)
+
+
+def test_periodic_milestones_and_a_resumed_best(tmp_path: Path) -> None:
+    clock = Clock()
+    params = replace(PARAMS, save_milestones_s=100.0, save_best_metric="")
+    keeper = LearnerCheckpoints(tmp_path, 0, params, clock)
+    for version in range(1, 8):
+        clock.now = 60.0 * version
+        keeper.on_episode(episode(float(version)))
+        kinds = keeper.due(10**6)
+        assert "best" not in kinds  # save_best_metric "" turns it off
+        if kinds:
+            keeper.write({"policy": {}}, version, kinds)
+    # periodic every 60 s, the newest 2 kept; milestones at 120, 240, 360 s, all kept
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint_000000006.pt",
+                                                           "checkpoint_000000007.pt"]
+    assert [p.name for p in list_checkpoints(tmp_path / "milestones")] == [
+        "checkpoint_000000002.pt", "checkpoint_000000004.pt", "checkpoint_000000006.pt"]
+    assert not (tmp_path / "best").exists()
+
+    resumed = LearnerCheckpoints(tmp_path, 0, PARAMS, Clock())
+    resumed.restore({"best": {"metric": "true_return", "score": 42.0}})
+    assert resumed.best == 42.0
+    resumed.on_episode(episode(41.0))
+    assert resumed.due(10**6) == ()  # the earlier best is better
+    other_metric = LearnerCheckpoints(tmp_path, 0, PARAMS, Clock())
+    other_metric.restore({"best": {"metric": "episode_return", "score": 42.0}})
+    assert other_metric.best == -math.inf
