@@ -44,8 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory of `sfbus run`")
     parser.add_argument("--policy", type=int, default=None, metavar="N",
                         help="policy id (default: the run's only policy)")
-    parser.add_argument("--checkpoint", metavar="PATH",
-                        help="checkpoint file (default: newest in RUN_DIR/checkpoints/policy_N)")
+    parser.add_argument("--checkpoint", metavar="PATH|best",
+                        help="checkpoint file, or 'best' (default: the policy's newest)")
     parser.add_argument("--episodes", type=int, default=3, metavar="K",
                         help="episodes to play (default: 3)")
     parser.add_argument("--video", metavar="OUT",
@@ -86,7 +86,7 @@ def enjoy(args: argparse.Namespace) -> int:
     path, state = read_checkpoint(run_dir, params, args.checkpoint)
     print(f"policy {params.policy} of {run_dir}: {path.name} (version {state['version']}, "
           f"{state['env_frames']:,} env frames), env {params.env}")
-    env = _make_env(params, render=video is not None)
+    env = make_play_env(params, render=video is not None)
     writer = None
     try:
         policy = build_from_checkpoint(env.spec, params, state)
@@ -112,8 +112,8 @@ def enjoy(args: argparse.Namespace) -> int:
     return 0
 
 
-def learner_params(run_dir: Path, policy: int | None) -> Any:
-    """The Params of the learner of ``policy`` in the run's topology snapshot."""
+def learners(run_dir: Path) -> dict[int, Any]:
+    """The Params of every learner in the run's topology snapshot, by policy id."""
     snapshot = run_dir / "topology.yaml"
     if not snapshot.is_file():
         raise EnjoyError(f"{run_dir}: not a run directory (no topology.yaml)")
@@ -122,23 +122,30 @@ def learner_params(run_dir: Path, policy: int | None) -> Any:
     from sfbus.topology.loader import import_actor_class
 
     topology = load_topology(snapshot)
-    learners = {spec.params.policy: spec.params
-                for process in topology.processes for spec in process.actors
-                if issubclass(import_actor_class(spec.class_path), Learner)}
-    if not learners:
+    found = {spec.params.policy: spec.params
+             for process in topology.processes for spec in process.actors
+             if issubclass(import_actor_class(spec.class_path), Learner)}
+    if not found:
         raise EnjoyError(f"{snapshot}: no learner actor (class components.learner:Learner)")
-    known = ", ".join(str(p) for p in sorted(learners))
+    return found
+
+
+def learner_params(run_dir: Path, policy: int | None) -> Any:
+    """The Params of the learner of ``policy`` (None: the run's only one)."""
+    found = learners(run_dir)
+    known = ", ".join(str(p) for p in sorted(found))
     if policy is None:
-        if len(learners) > 1:
+        if len(found) > 1:
             raise EnjoyError(f"{run_dir} trains policies {known}; choose one with --policy")
-        return next(iter(learners.values()))
-    if policy not in learners:
+        return next(iter(found.values()))
+    if policy not in found:
         raise EnjoyError(f"--policy {policy}: {run_dir} has no such policy (it trains {known})")
-    return learners[policy]
+    return found[policy]
 
 
 def read_checkpoint(run_dir: Path, params: Any, checkpoint: str | None) -> tuple[Path, dict]:
-    """The checkpoint to play (``checkpoint`` or the policy's newest) and its state."""
+    """The checkpoint to play and its state: the file ``checkpoint``, the policy's best
+    (``"best"``, see :mod:`components.learner_checkpoints`), or its newest (None)."""
     from components.checkpoint import (
         CheckpointError,
         config_fingerprint,
@@ -148,12 +155,19 @@ def read_checkpoint(run_dir: Path, params: Any, checkpoint: str | None) -> tuple
 
     config = config_fingerprint(params.env, params.model)
     try:
+        folder = run_dir / "checkpoints" / f"policy_{params.policy}"
+        if checkpoint == "best":
+            found = load_newest(folder / "best", config, log=logging.getLogger(__name__))
+            if found is None:
+                raise EnjoyError(
+                    f"{run_dir}: no best checkpoint of policy {params.policy} in {folder / 'best'}"
+                    f" (written once the policy trained on save_best_after env frames)")
+            return found
         if checkpoint is not None:
             path = Path(checkpoint)
             if not path.is_file():
                 raise EnjoyError(f"--checkpoint {path}: no such file")
             return path, load_checkpoint(path, config)
-        folder = run_dir / "checkpoints" / f"policy_{params.policy}"
         found = load_newest(folder, config, log=logging.getLogger(__name__))
     except CheckpointError as error:
         raise EnjoyError(str(error)) from None
@@ -196,7 +210,8 @@ def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bo
     return [(e.episode_return, e.length, e.cut) for e in player.episodes[:episodes]]
 
 
-def _make_env(params: Any, *, render: bool) -> Any:
+def make_play_env(params: Any, *, render: bool) -> Any:
+    """The env the policy of ``params`` trained on (``render``: with frames for a video)."""
     from components.envs import make_env
 
     kwargs = dict(params.env_kwargs)
