@@ -10,6 +10,9 @@ progress reports come once a second, several training steps apart, and the learn
 exact per step and continues across a resume. The two counts differ by the frames in flight, a
 batch or two. Files go to ``<run_dir>/tensorboard/`` (``tensorboard --logdir RUN_DIR``).
 
+With ``wandb.project`` set, the same scalars also go to Weights & Biases with the run's settings
+as its config (:mod:`components.wandb_sink`).
+
 Tags: ``policy_<id>/reward``, ``episode_length``, ``policy_loss``, ``value_loss``, ``entropy``,
 ``kl``, ``grad_norm``, ``lr``, ``lag`` (mean policy lag of the batch), ``lag_max``,
 ``clip_fraction``; and ``run/fps`` (env frames per second of the whole run, all policies).
@@ -24,6 +27,7 @@ from typing import Any
 
 from components.messages import EpisodeFinished, RolloutProgress, TrainingStats
 from components.pbt_messages import HyperparamsChanged
+from components.wandb_sink import WandbConfig, WandbSink
 from sfbus import Actor, slot
 
 # TrainingStats fields written per training step, by tag name.
@@ -51,13 +55,16 @@ class TensorBoardWriter(Actor):
         """Seconds between writes of episode means and the frame rate (and file flushes)."""
         tensorboard_dir: str = ""
         """Where the event files go; empty: ``<run_dir>/tensorboard``."""
+        wandb: WandbConfig = field(default_factory=WandbConfig)
+        """Weights & Biases logging of the same scalars (``--set wandb.project=NAME``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.frames = 0
         self.episodes: dict[int, _Episodes] = {}
         self.writer: Any = None
-        """The SummaryWriter; None until started, without a folder, and after stopping."""
+        """Where scalars go: the SummaryWriter, or a fan-out to it and W&B; None until started,
+        without a folder, and after stopping."""
         self._last = (time.monotonic(), 0)
 
     async def on_start(self) -> None:
@@ -74,6 +81,8 @@ class TensorBoardWriter(Actor):
 
         # flush_secs only bounds the writer thread's own flushes; write() flushes every window.
         self.writer = SummaryWriter(folder, flush_secs=max(1, round(self.params.report_every_s)))
+        if self.params.wandb.project:
+            self.writer = _Both(self.writer, self._open_wandb())
         self.every(self.params.report_every_s, self.write, "tensorboard write")
 
     @slot
@@ -132,9 +141,41 @@ class TensorBoardWriter(Actor):
         self._last = (now, self.frames)
         self.writer.flush()
 
+    def _open_wandb(self) -> WandbSink:
+        run_dir = Path(self.context.run_dir if self.context and self.context.run_dir else ".")
+        snapshot = run_dir / "topology.yaml"
+        settings = {}
+        if snapshot.is_file():  # the run's settings as it was started, --set included
+            import yaml
+
+            settings = (yaml.safe_load(snapshot.read_text()) or {}).get("settings") or {}
+        return WandbSink(self.params.wandb, run_dir, settings)
+
     async def on_stop(self) -> None:
         """Write the last window and close the event file."""
         if self.writer is not None:
             self.write(final=True)
             self.writer.close()
             self.writer = None
+
+
+class _Both:
+    """Scalars into the TensorBoard writer and into W&B."""
+
+    def __init__(self, tensorboard: Any, wandb: WandbSink) -> None:
+        self.sinks = (tensorboard, wandb)
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        """Write one scalar to both."""
+        for sink in self.sinks:
+            sink.add_scalar(tag, value, step)
+
+    def flush(self) -> None:
+        """Flush both."""
+        for sink in self.sinks:
+            sink.flush()
+
+    def close(self) -> None:
+        """Close both."""
+        for sink in self.sinks:
+            sink.close()
