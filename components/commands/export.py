@@ -1,0 +1,192 @@
+"""``sfbus export RUN_DIR --onnx OUT.onnx``: a trained policy as an ONNX model.
+
+The model maps observations (and the recurrent state) to the action distribution and the value,
+for any batch size. Inputs: one per observation key, in the env's dtype and shape with a leading
+batch axis (``obs`` first, e.g. uint8 ``[B, 3, 72, 128]`` for VizDoom, then ``measurements`` where
+the model reads it), then ``rnn_state`` float32 ``[B, S]`` for a GRU / LSTM core (zeros at an
+episode's start; absent for ``core: none``). Outputs: ``action_logits`` (the concatenated logits
+of the categorical heads, or the Gaussian mean), ``log_std`` (Gaussian actions only), ``value``
+``[B]`` in return units, and ``rnn_state_out`` (recurrent cores), to feed back with the next step.
+
+Folded into the graph: the observation normalizer's running statistics as the learner last
+published them, and the returns normalizer (so ``value`` needs no de-normalizing). The encoder
+runs in float32: bfloat16 autocast is a CPU-specific speed choice, not part of the policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from components.commands.enjoy import EnjoyError, learner_params, make_play_env, read_checkpoint
+from components.envs import EnvSpec
+from components.policy import Policy
+
+BAD_INPUT = 2
+OPSET = 18
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``export`` sub-command (the ``sfbus.commands`` entry point)."""
+    parser = subparsers.add_parser(
+        "export", help="write a trained policy as an ONNX model",
+        description="Export a run's policy (newest, best or a given checkpoint) to ONNX: "
+                    "observations and RNN state in, action distribution, value and RNN state "
+                    "out, normalization folded in, any batch size.")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory of `sfbus run`")
+    parser.add_argument("--onnx", required=True, metavar="OUT.onnx", help="file to write")
+    parser.add_argument("--policy", type=int, default=None, metavar="N",
+                        help="policy id (default: the run's only policy)")
+    parser.add_argument("--checkpoint", metavar="PATH|best",
+                        help="checkpoint file, or 'best' (default: the policy's newest)")
+    parser.set_defaults(func=cmd_export)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Run ``sfbus export``; bad input is one ``error:`` line on stderr and exit code 2."""
+    try:
+        out = _check_output(Path(args.onnx))
+        try:
+            import onnxruntime  # noqa: F401  (checked: the model is verified with it)
+            import onnxscript  # noqa: F401  (torch's ONNX exporter needs it)
+        except ImportError as error:
+            raise EnjoyError(f"sfbus export needs {error.name}: pip install 'sfbus[tools]'"
+                             ) from None
+        run_dir = Path(args.run_dir)
+        params = learner_params(run_dir, args.policy)
+        path, state = read_checkpoint(run_dir, params, args.checkpoint)
+    except EnjoyError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return BAD_INPUT
+    env = make_play_env(params, render=False)
+    try:
+        spec = env.spec
+    finally:
+        env.close()
+    policy = Policy(spec, params)
+    policy.load_state_dict(state["policy"])
+    names = export_onnx(policy, spec, out, state.get("returns_normalizer"))
+    print(f"policy {params.policy} of {run_dir}: {path.name} (version {state['version']}) -> "
+          f"{out}; inputs {', '.join(names[0])}; outputs {', '.join(names[1])}")
+    return 0
+
+
+def _check_output(out: Path) -> Path:
+    if out.suffix != ".onnx":
+        raise EnjoyError(f"--onnx {out}: the file name must end in .onnx")
+    if out.is_dir():
+        raise EnjoyError(f"--onnx {out}: is a directory")
+    if not out.parent.is_dir():
+        raise EnjoyError(f"--onnx {out}: no such directory {out.parent}")
+    return out
+
+
+class OnnxPolicy(nn.Module):
+    """The policy's step as one pure function, in float32, ready to trace."""
+
+    def __init__(self, policy: Policy, returns_normalizer: dict[str, Tensor] | None) -> None:
+        super().__init__()
+        self.model = copy.deepcopy(policy.model).float().eval()
+        self.model.encoder.precision = "float32"
+        reads_measurements = self.model.encoder.measurements is not None
+        self.keys = ["obs", *(["measurements"] if reads_measurements else [])]
+        self.clip: dict[str, float] = {}
+        for key, stats in policy.obs_normalizer.stats.items():
+            # x * scale / std - mean / std, the normalizer's own arithmetic as two constants
+            std = torch.sqrt(stats.var + stats.eps)
+            self.register_buffer(f"scale_{key}", (stats.scale / std).float())
+            self.register_buffer(f"offset_{key}", (-stats.mean / std).float())
+            self.clip[key] = stats.clip
+        mean, std = 0.0, 1.0
+        if returns_normalizer is not None:  # the critic predicts normalized returns
+            mean = float(returns_normalizer["mean"])
+            std = float(torch.sqrt(returns_normalizer["var"] + 1e-8))
+        self.value_mean, self.value_std = mean, std
+
+    def forward(self, *inputs: Tensor) -> tuple[Tensor, ...]:
+        """(obs..., [rnn_state]) -> (action_logits, [log_std], value, [rnn_state_out])."""
+        obs = {}
+        for key, x in zip(self.keys, inputs, strict=False):
+            if key in self.clip:
+                x = (x.float() * getattr(self, f"scale_{key}") + getattr(self, f"offset_{key}")
+                     ).clamp(-self.clip[key], self.clip[key])
+            obs[key] = x
+        recurrent = self.model.state_size > 0
+        state = inputs[len(self.keys)] if recurrent else torch.zeros(inputs[0].shape[0], 0)
+        core_out, new_state = self._core_step(self.model.encoder(obs), state)
+        outputs = [self.model.actor(core_out)]
+        if self.model.log_std is not None:
+            outputs.append(self.model.log_std.expand_as(outputs[0]))
+        value = self.model.critic(core_out).squeeze(-1)
+        outputs.append(value * self.value_std + self.value_mean)
+        if recurrent:
+            outputs.append(new_state)
+        return tuple(outputs)
+
+    def _core_step(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        """One step of the GRU / LSTM as its cell equations (torch's gate order): torch.export
+        cannot trace ``nn.GRU`` itself (it loops over a sequence), and a step needs no loop."""
+        rnn = self.model.core.rnn
+        if rnn is None:
+            return x, state
+        gates_x = x @ rnn.weight_ih_l0.T + rnn.bias_ih_l0
+        if isinstance(rnn, nn.LSTM):
+            h, c = state.chunk(2, dim=1)
+            gates = gates_x + h @ rnn.weight_hh_l0.T + rnn.bias_hh_l0
+            i, f, g, o = gates.chunk(4, dim=1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            return h, torch.cat([h, c], dim=1)
+        gates_h = state @ rnn.weight_hh_l0.T + rnn.bias_hh_l0
+        x_r, x_z, x_n = gates_x.chunk(3, dim=1)
+        h_r, h_z, h_n = gates_h.chunk(3, dim=1)
+        r, z = torch.sigmoid(x_r + h_r), torch.sigmoid(x_z + h_z)
+        n = torch.tanh(x_n + r * h_n)
+        h = (1 - z) * n + z * state
+        return h, h
+
+    def names(self) -> tuple[list[str], list[str]]:
+        """The ONNX model's input and output names, in order."""
+        recurrent = self.model.state_size > 0
+        inputs = [*self.keys, *(["rnn_state"] if recurrent else [])]
+        outputs = ["action_logits", *(["log_std"] if self.model.log_std is not None else []),
+                   "value", *(["rnn_state_out"] if recurrent else [])]
+        return inputs, outputs
+
+
+def export_onnx(policy: Policy, spec: EnvSpec, out: Path,
+                returns_normalizer: dict[str, Any] | None = None) -> tuple[list[str], list[str]]:
+    """Write ``policy`` (of an env of ``spec``) to ``out`` as ONNX; returns its (input,
+    output) names."""
+    module = OnnxPolicy(policy, returns_normalizer).eval()
+    inputs, outputs = module.names()
+    examples = []
+    for key in module.keys:
+        field = spec.observation_space[key]
+        examples.append(torch.zeros(2, *field.shape, dtype=getattr(torch, field.dtype)))
+    if module.model.state_size > 0:
+        examples.append(torch.zeros(2, module.model.state_size))
+    batch = torch.export.Dim("batch", min=1)
+    for chatty in ("torch.onnx", "onnxscript", "onnx_ir"):  # their progress notes, INFO level
+        logging.getLogger(chatty).setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        # deprecations between the exporter's own parts (torch, onnxscript): not ours to act on
+        for category in (FutureWarning, DeprecationWarning):
+            warnings.simplefilter("ignore", category)
+        # every input's batch axis is the one "batch" dimension, as meant
+        warnings.filterwarnings("ignore", ".*axis name: batch will not be used", UserWarning)
+        # torch.export (dynamo) traces the Python as it runs: one graph, a symbolic batch axis
+        program = torch.onnx.export(
+            module, tuple(examples), dynamo=True, opset_version=OPSET, input_names=inputs,
+            output_names=outputs, dynamic_shapes=(tuple({0: batch} for _ in examples),),
+            verbose=False)
+    program.save(str(out))
+    return inputs, outputs
