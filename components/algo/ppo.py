@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+# field: (low, high, low excluded); NaN fails every comparison, so it is refused too
+_RANGES = {
+    "lr": (0.0, math.inf, True), "gamma": (0.0, 1.0, False), "adam_beta1": (0.0, 1.0, False),
+    "adam_beta2": (0.0, 1.0, False), "adam_eps": (0.0, math.inf, True),
+    "max_grad_norm": (0.0, math.inf, True), "num_epochs": (1, math.inf, False),
+    "num_batches_per_epoch": (1, math.inf, False), "vtrace_rho_bar": (0.0, math.inf, True),
+    "vtrace_c_bar": (0.0, math.inf, True), "ppo_clip_ratio": (0.0, math.inf, True),
+    "ppo_clip_value": (0.0, math.inf, False), "entropy_coeff": (0.0, math.inf, False),
+    "value_loss_coeff": (0.0, math.inf, False), "gae_lambda": (0.0, 1.0, False),
+    "max_policy_lag": (0, math.inf, False),
+}
 
 
 @dataclass(frozen=True)
@@ -56,8 +69,12 @@ class AppoConfig:
     of every loss term (Sample Factory 1.x default 100; they still feed V-trace's recursion)."""
 
     def __post_init__(self) -> None:
-        if self.ppo_clip_ratio <= 0:
-            raise ValueError(f"ppo_clip_ratio must be > 0, got {self.ppo_clip_ratio}")
+        for name, (low, high, low_open) in _RANGES.items():
+            value = getattr(self, name)
+            if not (low < value if low_open else low <= value) or not value <= high:
+                bound = f"> {low}" if low_open else f">= {low}"
+                raise ValueError(f"{name} must be {bound}" + (f" and <= {high}"
+                                 if high != math.inf else "") + f", got {value}")
 
     @property
     def clip_range(self) -> tuple[float, float]:
