@@ -90,7 +90,9 @@ class Stats(Actor):
             self.every(1.0, self.draw)
 
     async def on_stop(self) -> None:
-        """End the live line so the shell prompt starts on a fresh one."""
+        """Write the run's last record (a run shorter than ``report_every_s`` has one too) and
+        end the live line so the shell prompt starts on a fresh one."""
+        self.report()
         if self.live:
             self.draw()
             sys.stderr.write("\n")

@@ -62,7 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "plot", help="plot runs' learning curves and throughput (PNG)",
         description="Draw reward, frame rate and policy lag of one or more runs from their "
                     "progress.jsonl into PNG files, one line per run and policy.")
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                        help="run directories, or a sweep's folder (all of its runs)")
     parser.add_argument("--out", metavar="DIR",
                         help="folder for the PNG files (default: the first RUN_DIR)")
     parser.set_defaults(func=cmd_plot)
@@ -71,11 +72,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_plot(args: argparse.Namespace) -> int:
     """Run ``sfbus plot``; bad input is one ``error:`` line on stderr and exit code 2."""
     try:
-        runs = [read_progress(Path(run)) for run in args.run_dirs]
+        folders = expand_sweeps([Path(run) for run in args.run_dirs])
+        runs = [read_progress(folder) for folder in folders]
     except PlotError as error:
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
-    for run, folder in zip(runs, args.run_dirs, strict=True):
+    for run, folder in zip(runs, folders, strict=True):
         if run.skipped:
             print(f"warning: {folder}: skipped {run.skipped} unreadable line(s) of progress.jsonl",
                   file=sys.stderr)
@@ -83,6 +85,26 @@ def cmd_plot(args: argparse.Namespace) -> int:
     for path in plot_runs(runs, out):
         print(path)
     return 0
+
+
+def expand_sweeps(folders: list[Path]) -> list[Path]:
+    """Each folder, or the runs of a sweep's folder (``sfbus sweep``) that wrote progress."""
+    from components.commands.sweep import sweep_runs
+
+    expanded = []
+    for folder in folders:
+        if not (folder / "sweep.json").is_file():
+            expanded.append(folder)
+            continue
+        runs = sweep_runs(folder)
+        started = [run for run in runs if (run / "progress.jsonl").is_file()]
+        if len(started) < len(runs):
+            print(f"warning: {folder}: {len(runs) - len(started)} of the sweep's runs have no "
+                  f"progress.jsonl yet", file=sys.stderr)
+        if not started:
+            raise PlotError(f"{folder}: none of the sweep's {len(runs)} runs has progress yet")
+        expanded += started
+    return expanded
 
 
 def read_progress(run_dir: Path) -> Progress:

@@ -1,0 +1,137 @@
+"""``sfbus sweep``: a real 2x2 grid of short runs, its comparison plot, Slurm arrays, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sfbus.cli import main
+
+TOPOLOGY = str(Path(__file__).parents[2] / "topologies" / "cartpole.yaml")
+
+
+def sfbus(*args: str, timeout: float = 200) -> subprocess.CompletedProcess:
+    """Run the command line in a process of its own, as a user does."""
+    return subprocess.run([sys.executable, "-m", "sfbus", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_two_by_two_sweep_runs_four_runs_and_plots_them(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    done = sfbus("sweep", TOPOLOGY, "--grid", "appo.lr=1e-3,3e-4",
+                 "--grid", "model.mlp_layers=[32],[64,64]", "--set", "num_envs=4",
+                 "--parallel", "2", "--max-frames", "3000", "--sweep-dir", str(sweep_dir))
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    runs = record["runs"]
+    assert [r["overrides"] for r in runs] == [
+        ["appo.lr=1e-3", "model.mlp_layers=[32]"], ["appo.lr=1e-3", "model.mlp_layers=[64,64]"],
+        ["appo.lr=3e-4", "model.mlp_layers=[32]"], ["appo.lr=3e-4", "model.mlp_layers=[64,64]"]]
+    assert [r["exit_code"] for r in runs] == [0, 0, 0, 0]
+    for run in runs:
+        run_dir = Path(run["run_dir"])
+        settings = yaml.safe_load((run_dir / "topology.yaml").read_text())["settings"]
+        lr, layers = (o.split("=", 1)[1] for o in run["overrides"])
+        assert settings["appo"]["lr"] == float(lr)
+        assert settings["model"]["mlp_layers"] == json.loads(layers)
+        assert (run_dir / "progress.jsonl").read_text().strip()
+        assert f"finished {run_dir.name}: exit 0" in done.stdout
+
+    plotted = sfbus("plot", str(sweep_dir), timeout=60)
+    assert plotted.returncode == 0, plotted.stderr
+    assert sorted(Path(p).name for p in plotted.stdout.split()) == [
+        "fps_vs_time.png", "lag_vs_frames.png", "reward_vs_frames.png", "reward_vs_time.png"]
+    from components.commands.plot import expand_sweeps, read_progress
+
+    labels = [read_progress(run).name for run in expand_sweeps([sweep_dir])]
+    assert labels == [Path(r["run_dir"]).name for r in runs]
+
+
+def test_slurm_script_maps_each_task_to_its_combination(tmp_path: Path, capsys) -> None:
+    script = tmp_path / "sweep.sh"
+    code = main(["sweep", TOPOLOGY, "--grid", "appo.lr=1e-4,3e-4", "--grid", "seed=0,1,2",
+                 "--set", "num_envs=4", "--parallel", "3", "--max-frames", "1000",
+                 "--sweep-dir", str(tmp_path / "sweep"), "--slurm", str(script)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert f"{script}: Slurm array of 6 runs" in out
+    text = script.read_text()
+    assert "#SBATCH --array=0-5%3" in text
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    # each task, run with a stand-in sfbus that prints its arguments
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sfbus").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (bin_dir / "sfbus").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    seen = set()
+    for task in range(6):
+        done = subprocess.run(["bash", str(script)], env={**env, "SLURM_ARRAY_TASK_ID": str(task)},
+                              capture_output=True, text=True, check=True)
+        args = done.stdout.splitlines()
+        sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+        assert sets[0] == "num_envs=4"
+        seen.add((sets[1], sets[2]))
+        run_dir = args[args.index("--run-dir") + 1]
+        assert run_dir.startswith(str(tmp_path / "sweep" / f"{task:02d}-"))
+        assert args[args.index("--max-frames") + 1] == "1000"
+    assert seen == {(f"appo.lr={lr}", f"seed={s}") for lr in ("1e-4", "3e-4") for s in "012"}
+    missing = subprocess.run(["bash", str(script)], env={**env, "SLURM_ARRAY_TASK_ID": "6"},
+                             capture_output=True, text=True)
+    assert missing.returncode == 2 and "no combination 6" in missing.stderr
+
+
+def test_bad_grid_is_one_error_line_and_nothing_started(tmp_path: Path, capsys) -> None:
+    sweep_dir = tmp_path / "sweep"
+    cases = {
+        ("--grid", "appo.lr"): "expected KEY=V1,V2",
+        ("--grid", "appo.lr=1e-3,"): "an empty value",
+        ("--grid", "apo.lr=1e-3"): "did you mean 'appo'",
+        ("--grid", "appo.lr=1e-3,-1"):
+            "sweep combination 01-appo.lr=-1: --set: settings.appo.lr: lr must be > 0.0",
+        ("--grid", "seed=1", "--grid", "seed=2"): "a key is given twice",
+        ("--grid", "seed=1", "--parallel", "0"): "--parallel must be >= 1",
+    }
+    for args, message in cases.items():
+        code = main(["sweep", TOPOLOGY, *args, "--sweep-dir", str(sweep_dir)])
+        out, err = capsys.readouterr()
+        assert "started" not in out
+        assert code == 2, args
+        assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+        assert not sweep_dir.exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_ctrl_c_stops_every_run_and_records_how_they_ended(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "sfbus", "sweep", TOPOLOGY, "--grid", "seed=0,1,2",
+         "--set", "num_envs=4", "--parallel", "2", "--sweep-dir", str(sweep_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while len(list(sweep_dir.glob("*/progress.jsonl"))) < 2:  # both runs are training
+            assert time.monotonic() < deadline and sweep.poll() is None, sweep.communicate()
+            time.sleep(0.5)
+        sweep.send_signal(signal.SIGINT)
+        out, err = sweep.communicate(timeout=120)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    assert sweep.returncode == 130, out + err
+    runs = json.loads((sweep_dir / "sweep.json").read_text())["runs"]
+    # the two running ones stopped as a Ctrl-C stops a run; the third never started
+    assert [r["exit_code"] for r in runs] == [130, 130, None]
+    for run in runs[:2]:
+        assert list((Path(run["run_dir"]) / "checkpoints" / "policy_0").glob("checkpoint_*.pt"))
