@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -188,5 +189,10 @@ def export_onnx(policy: Policy, spec: EnvSpec, out: Path,
             module, tuple(examples), dynamo=True, opset_version=OPSET, input_names=inputs,
             output_names=outputs, dynamic_shapes=(tuple({0: batch} for _ in examples),),
             verbose=False)
-    program.save(str(out))
+    partial = out.with_name(f".{out.name}.partial")  # a failed or killed export leaves no OUT
+    try:
+        program.save(str(partial))
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
     return inputs, outputs
