@@ -23,10 +23,10 @@ import torch
 from bench import throughput
 from bench.report import write_section
 from components.algo import AppoConfig, ObsNormalizer, ReturnsNormalizer, appo_loss
-from components.config import DataPathParams
-from components.heap import keep_freed_memory
+from components.datapath.settings import DataPathParams
+from components.learning.heap import keep_freed_memory
 from components.models import ActorCritic, ModelConfig
-from components.policy import build_policy
+from components.models.policy import build_policy
 
 SECTION = "## Where the time goes: the model's arithmetic"
 IMAGE = (3, 72, 128)

@@ -15,7 +15,7 @@ default rollout workers (one per core) and 16 envs each:
    lock-step per match) against single-player games with one built-in bot on the same map
    (``doom_deathmatch`` with ``num_bots: 1``), the same number of agents per core; and 7. full
    self-play training, ``topologies/selfplay_duel.yaml``; 8. ``doom_basic.yaml`` with an evaluator
-   (``components.evaluator``, its default 10 episodes) every 10 s, beside case 3.
+   (``components.evaluation.evaluator``, its default 10 episodes) every 10 s, beside case 3.
 
 Rates and CPU shares are measured as in :mod:`bench.throughput` (its ``Window``).
 """
@@ -45,7 +45,7 @@ CASES = {
     "selfplay": ("self-play training, 4 policies", "topologies/selfplay_duel.yaml", []),
     "evaluated": ("doom_basic + evaluator every 10 s", "topologies/doom_basic.yaml",
                   ["processes.evaluator.nice=10",
-                   "processes.evaluator.actors.evaluator.class=components.evaluator:Evaluator",
+                   "processes.evaluator.actors.evaluator.class=components.evaluation.evaluator:Evaluator",
                    "processes.evaluator.actors.evaluator.params.interval_s=10"]),
 }
 AGENTS_PER_CORE = 4  # simulation cases: 4 single-player games, or 2 duels of 2 agents

@@ -37,7 +37,7 @@ import numpy as np
 from bench import throughput_topologies as tt
 from bench.report import machine as machine_line
 from bench.report import write_section
-from components.messages import SlotsReleased, TrajectoryReady
+from components.datapath.messages import SlotsReleased, TrajectoryReady
 from sfbus import Actor, Signal, slot
 
 ROOT = Path(__file__).resolve().parent.parent

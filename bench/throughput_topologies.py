@@ -44,7 +44,7 @@ def affinity(workers: int) -> list[int]:
 
 def sampler_topology(env: str, workers: int, envs: int, random_actions: bool) -> str:
     """Rollout processes, each with its inference worker, and the sink: the sampler alone."""
-    from components.config import DataPathParams
+    from components.datapath.settings import DataPathParams
     from sfbus.topology import load_topology
 
     data_path = {f.name for f in dataclasses.fields(DataPathParams)}
@@ -56,12 +56,14 @@ def sampler_topology(env: str, workers: int, envs: int, random_actions: bool) ->
         "settings": settings,
         "processes": {  # the layout of the training topology, the sink in the learner's place
             "rollout": {"replicas": workers, "cpu_affinity": affinity(workers), "restart": "never",
-                        "actors": {"rollout": {"class": "components.rollout:RolloutWorker"},
-                                   "inference": {"class": "components.inference:InferenceWorker",
+                        "actors": {"rollout": {"class":
+                            "components.sampling.rollout_worker:RolloutWorker"},
+                                   "inference": {"class":
+                                       "components.sampling.inference_worker:InferenceWorker",
                                                  "params": {"random_actions": random_actions}}}},
             "sink": {"restart": "never", "actors": {
                 "sink": {"class": "bench.throughput:TrajectorySink"},
-                "stats": {"class": "components.stats:Stats"}}},
+                "stats": {"class": "components.monitoring.stats:Stats"}}},
         },
         "connections": [
             {"from": "rollout.inference_requested", "to": "inference.on_inference_requested",

@@ -3,9 +3,9 @@
 The run's own topology snapshot (``RUN_DIR/topology.yaml``) says how the policy was trained: the
 learner actor of ``--policy`` carries the env, its arguments and the model config. The newest
 checkpoint of that policy is loaded into a fresh policy, which then plays episodes in one env in
-this process with the evaluator's loop (:mod:`components.episode_player`): the way the rollout and
-inference workers act, observations through the normalizer in eval mode, RNN state carried between
-steps and zeroed after an agent's episode ends.
+this process with the evaluator's loop (:mod:`components.evaluation.episode_player`): the way the
+rollout and inference workers act, observations through the normalizer in eval mode, RNN state
+carried between steps and zeroed after an agent's episode ends.
 
 Video convention: one frame per step, the frame the agent saw when it chose that step's action
 (the first is the episode's reset frame). A video of N steps has N frames; the frame after an
@@ -117,7 +117,7 @@ def learners(run_dir: Path) -> dict[int, Any]:
     snapshot = run_dir / "topology.yaml"
     if not snapshot.is_file():
         raise EnjoyError(f"{run_dir}: not a run directory (no topology.yaml)")
-    from components.learner import Learner
+    from components.learning.learner import Learner
     from sfbus.topology import load_topology
     from sfbus.topology.loader import import_actor_class
 
@@ -126,7 +126,8 @@ def learners(run_dir: Path) -> dict[int, Any]:
              for process in topology.processes for spec in process.actors
              if issubclass(import_actor_class(spec.class_path), Learner)}
     if not found:
-        raise EnjoyError(f"{snapshot}: no learner actor (class components.learner:Learner)")
+        raise EnjoyError(f"{snapshot}: no learner actor "
+                         "(class components.learning.learner:Learner)")
     return found
 
 
@@ -145,8 +146,8 @@ def learner_params(run_dir: Path, policy: int | None) -> Any:
 
 def read_checkpoint(run_dir: Path, params: Any, checkpoint: str | None) -> tuple[Path, dict]:
     """The checkpoint to play and its state: the file ``checkpoint``, the policy's best
-    (``"best"``, see :mod:`components.learner_checkpoints`), or its newest (None)."""
-    from components.checkpoint import (
+    (``"best"``, see :mod:`components.learning.checkpoint_schedule`), or its newest (None)."""
+    from components.learning.checkpoint import (
         CheckpointError,
         config_fingerprint,
         load_checkpoint,
@@ -179,7 +180,7 @@ def read_checkpoint(run_dir: Path, params: Any, checkpoint: str | None) -> tuple
 
 def build_from_checkpoint(spec: Any, params: Any, state: dict) -> Any:
     """The policy for env ``spec`` with the checkpoint's weights, ready for inference."""
-    from components.policy import Policy
+    from components.models.policy import Policy
 
     policy = Policy(spec, params)  # from the env at hand: no second env just to read its spec
     policy.load_state_dict(state["policy"])
@@ -195,7 +196,7 @@ def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bo
     """
     import torch
 
-    from components.episode_player import EpisodePlayer
+    from components.evaluation.episode_player import EpisodePlayer
 
     player = EpisodePlayer(env, params.state_size, deterministic, max_steps=max_steps,
                            before_step=on_frame)

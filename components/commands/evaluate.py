@@ -2,9 +2,9 @@
 
 Each policy of the run (or those named by ``--policy``) plays ``--episodes`` env episodes on
 ``--envs`` envs in this process, acting for all of them in one batched, packed inference call
-per step (:mod:`components.seeded_episodes`). Episode ``k`` starts from seed ``--seed + k``, so
-a row can be replayed alone (``sfbus enjoy --seed``). ``OUT/eval_policy_<id>.csv`` gets one row
-per agent-episode, ``seed,agent,return,true_return,length`` (``true_return`` empty where the env
+per step (:mod:`components.evaluation.seeded_episodes`). Episode ``k`` starts from seed ``--seed +
+k``, so a row can be replayed alone (``sfbus enjoy --seed``). ``OUT/eval_policy_<id>.csv`` gets one
+row per agent-episode, ``seed,agent,return,true_return,length`` (``true_return`` empty where the env
 reports no unshaped score), sorted by seed, then a ``mean`` row over them.
 """
 
@@ -101,7 +101,7 @@ def evaluate(params: Any, state: dict, *, episodes: int, envs: int, deterministi
     import torch
     from tqdm import tqdm
 
-    from components.seeded_episodes import SeededEpisodes
+    from components.evaluation.seeded_episodes import SeededEpisodes
 
     played = [make_play_env(params, render=False) for _ in range(min(envs, episodes))]
     threads = torch.get_num_threads()

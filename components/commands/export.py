@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from components.commands.enjoy import EnjoyError, learner_params, make_play_env, read_checkpoint
 from components.envs import EnvSpec
-from components.policy import Policy
+from components.models.policy import Policy
 
 BAD_INPUT = 2
 OPSET = 18

@@ -1,7 +1,7 @@
 """``sfbus plot RUN_DIR [RUN_DIR ...]``: learning curves and throughput of runs as PNG figures.
 
-Reads each run's ``progress.jsonl`` (one record per report of ``components.stats``) and draws
-every run into the same four figures, one line per run and policy:
+Reads each run's ``progress.jsonl`` (one record per report of ``components.monitoring.stats``) and
+draws every run into the same four figures, one line per run and policy:
 
 - ``reward_vs_frames.png``: mean episode return against env frames
 - ``reward_vs_time.png``: mean episode return against wall time

@@ -14,8 +14,8 @@ Factory = Callable[..., MultiAgentEnv]
 # Short names of built-in envs, as import strings so nothing heavy loads until used.
 _REGISTRY: dict[str, Factory | str] = {
     "toy_multi_agent": "components.envs.multi_agent:make_toy_env",
-    "doom_duel": "components.envs.doom_duel:make_doom_duel",
-    "doom_duel_bots": "components.envs.doom_duel:make_doom_duel_bots",
+    "doom_duel": "components.envs.doom.duel:make_doom_duel",
+    "doom_duel_bots": "components.envs.doom.duel:make_doom_duel_bots",
 }
 _SPEC_CACHE: dict[tuple[str, str], EnvSpec] = {}
 
@@ -56,7 +56,7 @@ def _resolve(name: str) -> Factory:
         factory = _REGISTRY[name]
         return _import(factory, name) if isinstance(factory, str) else factory
     if name.startswith("doom_"):
-        from components.envs.doom import doom_scenarios, make_doom_env
+        from components.envs.doom.game import doom_scenarios, make_doom_env
 
         scenario = name[len("doom_"):]
         if scenario not in doom_scenarios():
@@ -90,7 +90,7 @@ def _import(target: str, name: str) -> Factory:
 
 def _doom_names() -> list[str]:
     try:
-        from components.envs.doom import doom_scenarios
+        from components.envs.doom.game import doom_scenarios
     except ImportError:  # vizdoom or cv2 missing: no doom envs to offer
         return []
     return [f"doom_{s}" for s in doom_scenarios()]

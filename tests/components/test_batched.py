@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-from components.batched import BlockSlots
-from components.buffers import TrajectoryBuffer, trajectory_layout
-from components.config import DataPathParams
+from components.datapath.buffers import TrajectoryBuffer, trajectory_layout
+from components.datapath.messages import ActionsReady, BatchReady, InferenceRequest
+from components.datapath.settings import DataPathParams
 from components.envs import EnvError
 from components.envs.multi_agent import ToyMultiAgentEnv
 from components.envs.vector import VectorEnvs
-from components.inference import _Rows
-from components.messages import ActionsReady, BatchReady, InferenceRequest
-from components.policy import Policy
+from components.models.policy import Policy
+from components.sampling.batched_layout import BlockSlots
+from components.sampling.inference_worker import _Rows
 from sfbus import slot
 from sfbus.errors import TopologyError
 from sfbus.topology import load_topology

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from components.batcher import Batcher
-from components.messages import BatchReady, LearnerIdle, TrajectoryReady
+from components.datapath.messages import BatchReady, LearnerIdle, TrajectoryReady
+from components.learning.batcher import Batcher
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
 from tests.kernel.conftest import hosted
@@ -36,7 +36,8 @@ def topology() -> Topology:
     params = Batcher.Params(rollout=8, batch_size=24, policy=0)
     return Topology("batcher", "<test>", (
         ProcessSpec("feed", (ActorSpec("feeder", "tests.components.test_batcher:Feeder", None),)),
-        ProcessSpec("batch", (ActorSpec("batcher", "components.batcher:Batcher", params),)),
+        ProcessSpec("batch", (ActorSpec("batcher",
+                "components.learning.batcher:Batcher", params),)),
     ), (
         ConnectionSpec("feeder", "trajectory_ready", "batcher", "on_trajectory_ready"),
         ConnectionSpec("feeder", "learner_idle", "batcher", "on_learner_idle"),

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from components import checkpoint
 from components.algo import AppoConfig
-from components.checkpoint import (
+from components.learning import checkpoint
+from components.learning.checkpoint import (
     CheckpointError,
     latest_checkpoint,
     list_checkpoints,
@@ -17,8 +17,8 @@ from components.checkpoint import (
     load_newest,
     save_checkpoint,
 )
-from components.learner import Learner
-from components.learner_checkpoints import LearnerCheckpoints
+from components.learning.checkpoint_schedule import LearnerCheckpoints
+from components.learning.learner import Learner
 from components.models import ModelConfig
 
 T = 8

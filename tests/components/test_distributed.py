@@ -1,4 +1,4 @@
-"""Gradient averaging between two real processes over gloo (components.distributed)."""
+"""Gradient averaging between two real processes over gloo (components.learning.distributed)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from components.distributed import NodeGroup, Peers, check_supported, group_from_env
+from components.learning.distributed import NodeGroup, Peers, check_supported, group_from_env
 from tests.kernel.runs import free_port
 
 pytestmark = pytest.mark.timeout(60)
@@ -151,7 +151,7 @@ def _listening(port: int) -> set[str]:
 def test_the_rendezvous_listens_on_the_master_address_only() -> None:
     from datetime import timedelta
 
-    from components.distributed import rendezvous
+    from components.learning.distributed import rendezvous
 
     port = free_port()
     store = rendezvous(NodeGroup(2, 0, master_addr="127.0.0.1", master_port=port),

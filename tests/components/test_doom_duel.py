@@ -12,9 +12,9 @@ import pytest
 pytest.importorskip("vizdoom")
 
 from components.envs import make_env
-from components.envs.doom_duel import DoomDuelEnv
-from components.envs.doom_match import _instance_id
-from components.envs.doom_shm import SHM_DIR
+from components.envs.doom.duel import DoomDuelEnv
+from components.envs.doom.match import _instance_id
+from components.envs.doom.shm import SHM_DIR
 
 
 def _alive(pid: int) -> bool:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from components.envs import make_env
-from components.envs.doom_shm import SHM_DIR, live_instance_ids, remove_orphaned_segments
+from components.envs.doom.shm import SHM_DIR, live_instance_ids, remove_orphaned_segments
 
 
 def _fake(name: str, age_s: float) -> Path:

@@ -19,8 +19,8 @@ from components.envs import (
     env_spec,
     make_env,
 )
-from components.envs import doom_spaces as ds
-from components.envs.doom import DoomEnvError
+from components.envs.doom import spaces as ds
+from components.envs.doom.game import DoomEnvError
 
 RNG = np.random.default_rng(0)
 
@@ -257,7 +257,7 @@ def test_engine_config_lives_in_a_folder_only_this_user_can_write(
         tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     import tempfile
 
-    from components.envs import doom
+    from components.envs.doom import game as doom
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     doom.engine_config_path.cache_clear()

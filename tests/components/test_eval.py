@@ -12,7 +12,7 @@ import torch
 
 from components.commands.enjoy import play
 from components.envs import make_env
-from components.seeded_episodes import SeededEpisodes
+from components.evaluation.seeded_episodes import SeededEpisodes
 from sfbus.cli import main
 from tests.components.test_enjoy import CountingEnv, make_run
 

@@ -14,7 +14,7 @@ from components.algo import ReturnsNormalizer
 from components.commands.export import export_onnx
 from components.envs import ActionBox, EnvSpec, ObsField
 from components.models import ModelConfig
-from components.policy import Policy
+from components.models.policy import Policy
 from sfbus.cli import main
 from tests.components.test_enjoy import make_run
 

@@ -13,18 +13,18 @@ import numpy as np
 import pytest
 import torch
 
-from components.buffers import (
+from components.datapath.buffers import (
     PolicyWeights,
     TrajectoryBuffer,
     policy_array_specs,
     trajectory_layout,
 )
-from components.config import DataPathParams
-from components.inference import InferenceWorker
-from components.messages import ActionsReady, InferenceRequest, WeightsUpdated
+from components.datapath.messages import ActionsReady, InferenceRequest, WeightsUpdated
+from components.datapath.settings import DataPathParams
 from components.models import ModelConfig
+from components.models.policy import Policy, build_policy, published_size
 from components.models.precision import cpu_has_fast_bf16, onednn_has_bf16
-from components.policy import Policy, build_policy, published_size
+from components.sampling.inference_worker import InferenceWorker
 from sfbus import Actor, ArraySpec, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
 from tests.kernel.conftest import hosted
@@ -108,7 +108,8 @@ async def run(params: DataPathParams = PARAMS, learner: bool = True, transport: 
     iparams = InferenceWorker.Params(**shared, **inference)
     processes = [
         ProcessSpec("rollout", (ActorSpec("rollout", f"{HERE}:FakeRollout", params),), 2),
-        ProcessSpec("inference", (ActorSpec("inference", "components.inference:InferenceWorker",
+        ProcessSpec("inference", (ActorSpec("inference",
+                "components.sampling.inference_worker:InferenceWorker",
                                             iparams),)),
     ]
     connections = [
@@ -313,7 +314,8 @@ async def test_replicas_beside_their_rollout_workers_sample_their_own_actions() 
                                         for f in dataclasses.fields(PARAMS)})
     processes = (
         ProcessSpec("rollout", (ActorSpec("rollout", f"{HERE}:FakeRollout", PARAMS),
-                                ActorSpec("inference", "components.inference:InferenceWorker",
+                                ActorSpec("inference",
+                                          "components.sampling.inference_worker:InferenceWorker",
                                           iparams)), 2),
         ProcessSpec("learner", (ActorSpec("learner", f"{HERE}:FakeLearner", PARAMS),)),
     )

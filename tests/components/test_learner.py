@@ -14,17 +14,17 @@ import pytest
 import torch
 
 from components.algo import AppoConfig
-from components.buffers import PolicyWeights, TrajectoryBuffer, trajectory_layout
-from components.checkpoint import CheckpointError
-from components.config import DataPathParams
-from components.learner import Learner
-from components.messages import (
+from components.datapath.buffers import PolicyWeights, TrajectoryBuffer, trajectory_layout
+from components.datapath.messages import (
     BatchReady,
     LearnerIdle,
     SlotsReleased,
     TrainingStats,
     WeightsUpdated,
 )
+from components.datapath.settings import DataPathParams
+from components.learning.checkpoint import CheckpointError
+from components.learning.learner import Learner
 from components.models import ModelConfig
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
@@ -117,7 +117,8 @@ def learner_topology(mode: str = "async", learner: dict | None = None,
     path = "tests.components.test_learner"
     return Topology("learner", "<test>", (
         ProcessSpec("rollout", (ActorSpec("rollout", f"{path}:FakeRollout", data),), replicas=2),
-        ProcessSpec("learn", (ActorSpec("learner", "components.learner:Learner", params),)),
+        ProcessSpec("learn", (ActorSpec("learner",
+                "components.learning.learner:Learner", params),)),
         ProcessSpec("drive", (ActorSpec("driver", f"{path}:Driver", None),)),
     ), (
         ConnectionSpec("driver", "batch_ready", "learner", "on_batch_ready"),

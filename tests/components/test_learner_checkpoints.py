@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from components.checkpoint import list_checkpoints, load_checkpoint
-from components.learner import Learner
-from components.learner_checkpoints import BEST_EPISODES, LearnerCheckpoints
-from components.messages import EpisodeFinished
+from components.datapath.messages import EpisodeFinished
+from components.learning.checkpoint import list_checkpoints, load_checkpoint
+from components.learning.checkpoint_schedule import BEST_EPISODES, LearnerCheckpoints
+from components.learning.learner import Learner
 
 PARAMS = Learner.Params(env="gym:CartPole-v1", checkpoint_every_s=60.0, keep_checkpoints=2,
                         save_best_after=1000, save_best_every_s=5.0, save_milestones_s=0.0)

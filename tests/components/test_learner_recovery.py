@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from components.learner_faults import restore_published
+from components.learning.faults import restore_published
 from tests.components.test_learner import (
     BATCH,
     bandit_batch,

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from components.config import DataPathParams
+from components.datapath.messages import InferenceRequest
+from components.datapath.settings import DataPathParams
 from components.envs import register_env
 from components.envs.multi_agent import ToyMultiAgentEnv
-from components.inference import InferenceWorker
-from components.messages import InferenceRequest
 from components.models import ModelConfig
-from components.pbt_messages import HyperparamsChanged
-from components.policy_mapping import trajectory_owners
-from components.rollout import RolloutParams
+from components.pbt.messages import HyperparamsChanged
+from components.sampling.inference_worker import InferenceWorker
+from components.sampling.policy_mapping import trajectory_owners
+from components.sampling.rollout_worker import RolloutParams
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
 from tests.components.test_rollout import SAMPLER_WIRES, wait_until
@@ -74,7 +74,8 @@ def topology(env: str = "gym:CartPole-v1", **overrides: Any) -> Topology:
     data = {k: getattr(params, k) for k in DataPathParams.__dataclass_fields__}
     here, rollout_tests = __name__, "tests.components.test_rollout"
     processes = (
-        ProcessSpec("sampler", (ActorSpec("rollout", "components.rollout:RolloutWorker",
+        ProcessSpec("sampler", (ActorSpec("rollout",
+                "components.sampling.rollout_worker:RolloutWorker",
                                           params),)),
         ProcessSpec("infer", (ActorSpec("inference", f"{here}:MarkedInference",
                                         InferenceWorker.Params(**data)),)),
@@ -125,7 +126,7 @@ async def test_each_step_is_acted_by_its_agents_policy(transport: str) -> None:
 
 async def test_reward_shaping_follows_the_agents_policy() -> None:
     topo = topology(env="test_shaped", env_kwargs={"episode_length": 3},
-                    policy_mapping="components.policy_mapping:RoundRobinMapping")
+                    policy_mapping="components.sampling.policy_mapping:RoundRobinMapping")
     async with hosted(topo) as actors:
         worker, pbt, collector = actors["rollout"], actors["pbt"], actors["collector"]
         for policy in range(POLICIES):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from components.checkpoint import latest_checkpoint, load_checkpoint
-from components.config import DataPathParams
-from components.learner import Learner
-from components.messages import BatchReady, LearnerIdle, WeightsUpdated
-from components.pbt_learner import snapshot_dir
-from components.pbt_messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
+from components.datapath.messages import BatchReady, LearnerIdle, WeightsUpdated
+from components.datapath.settings import DataPathParams
+from components.learning.checkpoint import latest_checkpoint, load_checkpoint
+from components.learning.learner import Learner
+from components.pbt.member import snapshot_dir
+from components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
 from tests.components.test_learner import APPO, BATCH, SETTINGS, bandit_batch, bandit_learner, until
@@ -50,7 +50,7 @@ class PbtDriver(Actor):
 def two_learners() -> Topology:
     """Policies 0 and 1 learning in one process from the learner test's fake workers."""
     data = DataPathParams(**SETTINGS, num_policies=2)
-    learners = tuple(ActorSpec(f"learner_{p}", "components.learner:Learner",
+    learners = tuple(ActorSpec(f"learner_{p}", "components.learning.learner:Learner",
                                Learner.Params(**SETTINGS, num_policies=2, appo=APPO, policy=p))
                      for p in (0, 1))
     wires = [("driver", "batch_ready", "learner_0", "on_batch_ready")]

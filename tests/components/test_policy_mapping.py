@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from components.policy_mapping import (
+from components.sampling.policy_mapping import (
     AgentPolicies,
     RandomMapping,
     RoundRobinMapping,
@@ -33,10 +33,10 @@ def test_round_robin_mapping() -> None:
 
 
 def test_load_mapping_by_import_path() -> None:
-    mapping = load_mapping("components.policy_mapping:RoundRobinMapping", 5, 0, 0)
+    mapping = load_mapping("components.sampling.policy_mapping:RoundRobinMapping", 5, 0, 0)
     assert isinstance(mapping, RoundRobinMapping) and mapping.num_policies == 5
     with pytest.raises(ValueError, match="module:Class"):
-        load_mapping("components.policy_mapping.RandomMapping", 2, 0, 0)
+        load_mapping("components.sampling.policy_mapping.RandomMapping", 2, 0, 0)
 
 
 def test_split_groups_are_contiguous_by_policy() -> None:

@@ -12,15 +12,20 @@ from typing import Any
 
 import numpy as np
 
-from components.batcher import Batcher
-from components.messages import ActionsReady, InferenceRequest, SlotsReleased, TrajectoryReady
-from components.recovery import (
+from components.datapath.messages import (
+    ActionsReady,
+    InferenceRequest,
+    SlotsReleased,
+    TrajectoryReady,
+)
+from components.datapath.slot_stages import (
     CONSUMED,
     QUEUED,
     SUBMITTED,
     BatcherSlots,
     LearnerSlots,
 )
+from components.learning.batcher import Batcher
 from sfbus import Actor, Signal, slot
 from sfbus.host import ProcessHost
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
@@ -153,7 +158,7 @@ async def test_restarted_worker_reclaims_its_slots_and_ignores_stale_releases() 
 
 async def test_batcher_restart_releases_what_it_held() -> None:
     topo = sampler_topology(
-        "batcher", "components.batcher:Batcher",
+        "batcher", "components.learning.batcher:Batcher",
         [("rollout", "trajectory_ready", "batcher", "on_trajectory_ready", "broadcast"),
          ("batcher", "batcher_started", "rollout", "on_batcher_started", "broadcast")])
     async with hosted(topo, "ipc") as actors:

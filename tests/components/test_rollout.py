@@ -11,19 +11,19 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from components.buffers import TrajectoryBuffer, rollout_workers, trajectory_layout
-from components.config import DataPathParams
-from components.envs import EnvError, make_env
-from components.envs.multi_agent import ToyMultiAgentEnv
-from components.messages import (
+from components.datapath.buffers import TrajectoryBuffer, rollout_workers, trajectory_layout
+from components.datapath.messages import (
     ActionsReady,
     EpisodeFinished,
     InferenceRequest,
     SlotsReleased,
     TrajectoryReady,
 )
+from components.datapath.settings import DataPathParams
+from components.envs import EnvError, make_env
+from components.envs.multi_agent import ToyMultiAgentEnv
 from components.models import ModelConfig
-from components.rollout import RolloutParams, env_seed
+from components.sampling.rollout_worker import RolloutParams, env_seed
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
 from tests.kernel.conftest import TRANSPORTS, hosted
@@ -155,7 +155,8 @@ def topology(inference: str = "StandInInference", collector: str = "StandInColle
                              for k in DataPathParams.__dataclass_fields__})
     here = __name__
     processes = (
-        ProcessSpec("sampler", (ActorSpec("rollout", "components.rollout:RolloutWorker",
+        ProcessSpec("sampler", (ActorSpec("rollout",
+                "components.sampling.rollout_worker:RolloutWorker",
                                           params),)),
         ProcessSpec("infer", (ActorSpec("inference", f"{here}:{inference}", data),)),
         ProcessSpec("collect", (ActorSpec("collector", f"{here}:{collector}", None),)),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from components.status import duration, human, progress_bar, status_line
+from components.monitoring.status import duration, human, progress_bar, status_line
 from sfbus.rundir import RunLimits
 
 

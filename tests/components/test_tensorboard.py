@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from components.messages import EpisodeFinished, RolloutProgress, TrainingStats
-from components.pbt_messages import HyperparamsChanged
-from components.tensorboard import TensorBoardWriter
+from components.datapath.messages import EpisodeFinished, RolloutProgress, TrainingStats
+from components.monitoring.tensorboard import TensorBoardWriter
+from components.pbt.messages import HyperparamsChanged
 from sfbus import Actor, Signal
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
 from tests.kernel.conftest import hosted
@@ -32,7 +32,8 @@ def topology(folder: str) -> Topology:
     return Topology("tensorboard", "<test>", (
         ProcessSpec("emit", (ActorSpec("emitter", "tests.components.test_tensorboard:Emitter",
                                        None),)),
-        ProcessSpec("board", (ActorSpec("tensorboard", "components.tensorboard:TensorBoardWriter",
+        ProcessSpec("board", (ActorSpec("tensorboard",
+                "components.monitoring.tensorboard:TensorBoardWriter",
                                         params),)),
     ), tuple(ConnectionSpec("emitter", signal, "tensorboard", f"on_{signal}")
              for signal in ("episode_finished", "rollout_progress", "training_stats",

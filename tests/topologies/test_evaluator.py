@@ -17,13 +17,13 @@ import torch
 import yaml
 from prometheus_client import REGISTRY
 
-from components.buffers import PolicyWeights, policy_array_specs
-from components.config import DataPathParams
+from components.datapath.buffers import PolicyWeights, policy_array_specs
+from components.datapath.settings import DataPathParams
 from components.envs import EnvSpec, MultiAgentEnv, ObsField, register_env
 from components.envs.spec import EpisodeStats, ObsDict, StepOutput
-from components.evaluator import Evaluator
+from components.evaluation.evaluator import Evaluator
 from components.models import ModelConfig
-from components.policy import build_policy, published_size
+from components.models.policy import build_policy, published_size
 from sfbus import Actor, ArraySpec
 from sfbus.procfs import run_children
 from sfbus.topology import Topology, load_topology
@@ -109,9 +109,10 @@ async def test_evaluator_scores_published_weights_against_an_opponent(tmp_path: 
         ProcessSpec("learners", (ActorSpec("learner_0", f"{__name__}:StandInLearner", None),
                                  ActorSpec("learner_1", f"{__name__}:StandInLearner", None))),
         ProcessSpec("evaluators", (
-            ActorSpec("vs_one", "components.evaluator:Evaluator",
+            ActorSpec("vs_one", "components.evaluation.evaluator:Evaluator",
                       Evaluator.Params(**common, policies=(0,), opponent=1)),
-            ActorSpec("mirror", "components.evaluator:Evaluator", Evaluator.Params(**common)))),
+            ActorSpec("mirror",
+                    "components.evaluation.evaluator:Evaluator", Evaluator.Params(**common)))),
     ), ())
     async with hosted(topology, run_dir=str(tmp_path)) as actors:
         learners, vs_one, mirror = (actors["learner_0"], actors["learner_1"]), \

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from components.checkpoint import checkpoint_path, latest_checkpoint, load_checkpoint
-from components.pbt import population_learners
-from components.pbt_learner import snapshot_dir
+from components.learning.checkpoint import checkpoint_path, latest_checkpoint, load_checkpoint
+from components.pbt.member import snapshot_dir
+from components.pbt.trainer import population_learners
 from sfbus.topology import load_topology
 
 TOPOLOGIES = Path(__file__).parents[2] / "topologies"

@@ -1,15 +1,15 @@
 """The rollout worker's side of surviving faults (a mixin of ``RolloutWorker``).
 
 - **Its own restart.** At start it reclaims the slots its previous incarnation left taken that
-  nobody downstream holds (:class:`components.recovery.WorkerSlots`), then takes fresh slots split
-  by split as the pool allows (the batcher may still hold many).
+  nobody downstream holds (:class:`components.datapath.slot_stages.WorkerSlots`), then takes fresh
+  slots split by split as the pool allows (the batcher may still hold many).
 - **A batcher's restart.** ``on_batcher_started`` (and a periodic look at the epochs in shared
   memory, for an announcement it missed) releases the slots the old batcher held.
 - **An inference worker's restart.** Every request carries a sequence number. A split whose
   actions did not come within ``inference_timeout_s`` (checked every that many seconds, so after
   one to two timeouts) sends its request again under a new number; an answer to an older number
   is ignored. So a request lost with a dead inference worker costs a few seconds, never a hang.
-- **Env faults.** Envs are wrapped in :class:`components.env_guard.GuardedEnv` (non-finite
+- **Env faults.** Envs are wrapped in :class:`components.envs.guard.GuardedEnv` (non-finite
   outputs, hung steps raise ``EnvError``; the worker recreates the env).
 - **Audit.** At a graceful stop it logs its slots by stage and whatever does not add up.
 """
@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from components.env_guard import StepWatchdog, make_guarded_env
+from components.datapath.slot_stages import BatcherStarted, WorkerSlots
 from components.envs import EnvError, MultiAgentEnv
-from components.recovery import BatcherStarted, WorkerSlots
+from components.envs.guard import StepWatchdog, make_guarded_env
 from sfbus import slot
 
 

@@ -12,7 +12,8 @@ and the scores are reported four ways: Prometheus gauges
 ``episodes``, ``deterministic``, ``opponent``, ``seconds``, and ``mean_true_return`` when the env
 shapes its reward); and TensorBoard scalars in ``<run_dir>/tensorboard/<actor name>`` under the
 training writer's tags (``policy_<id>/reward``, ``policy_<id>/episode_length``, see
-:mod:`components.tensorboard`), so TensorBoard draws evaluation and training on one chart.
+:mod:`components.monitoring.tensorboard`), so TensorBoard draws evaluation and training on one
+chart.
 
 Time sets the cadence, not learner versions: versions come 100 times faster on CartPole than on
 VizDoom, while "every few minutes" means the same everywhere; ``min_new_versions`` skips weights
@@ -20,15 +21,17 @@ already scored (a stalled or finished learner). All policies of a round play fro
 seed, so they are compared on the same episodes.
 
 It takes no connections: weights come from shared memory, and the run's env frames (the step of
-every record) from the statistics actor's shared totals (:mod:`components.stats`; 0 without one).
+every record) from the statistics actor's shared totals (:mod:`components.monitoring.stats`; 0
+without one).
 Any topology gains an evaluator with one process, best at a low priority so that it takes only
 idle CPU from the samplers and learners::
 
     sfbus run topologies/doom_basic.yaml --set processes.evaluator.nice=10 \\
-        --set processes.evaluator.actors.evaluator.class=components.evaluator:Evaluator
+        --set processes.evaluator.actors.evaluator.class=components.evaluation.evaluator:Evaluator
 
-Episodes (:mod:`components.episode_player`) are stepped in a worker thread, ``_CHUNK_STEPS``
-steps at a time, so the event loop keeps heart-beating and a stop waits for one chunk at most.
+Episodes (:mod:`components.evaluation.episode_player`) are stepped in a worker thread,
+``_CHUNK_STEPS`` steps at a time, so the event loop keeps heart-beating and a stop waits for one
+chunk at most.
 Multi-agent envs: with ``opponent`` -1 every agent plays the evaluated policy and every agent's
 episodes count (an env's built-in bots play as the env makes them); with a policy id, agent 0
 plays the evaluated policy, the other agents that policy's latest weights, and only agent 0's
@@ -50,12 +53,12 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from components.buffers import PolicyWeights, flat_size
-from components.config import DataPathParams
+from components.datapath.buffers import PolicyWeights, flat_size
+from components.datapath.settings import DataPathParams
 from components.envs import EnvError, make_env
-from components.episode_player import EpisodePlayer
-from components.policy import build_policy
-from components.stats import Stats
+from components.evaluation.episode_player import EpisodePlayer
+from components.models.policy import build_policy
+from components.monitoring.stats import Stats
 from sfbus import Actor
 from sfbus import metrics as prom
 from sfbus.topology import Topology

@@ -1,7 +1,7 @@
 """A learner's part in population-based training: hyperparameter changes and weight exchanges.
 
-:class:`PopulationMember` is a base class of :class:`components.learner.Learner`. Its slots are
-``async``, so they run from the learner's mailbox between two training steps, never during one:
+:class:`PopulationMember` is a base class of :class:`components.learning.learner.Learner`. Its slots
+are ``async``, so they run from the learner's mailbox between two training steps, never during one:
 
 - ``on_hyperparams_changed``: new ``appo.*`` / ``reward_scale`` values replace the learner's
   parameters and the optimizer's learning rate, betas and epsilon (``reward_shaping.*`` names
@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from components.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from components.pbt_messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
+from components.learning.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
 from sfbus import Actor, Signal, slot
 
 SNAPSHOT_TIMEOUT_S = 120.0

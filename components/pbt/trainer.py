@@ -4,9 +4,9 @@ It listens to every ``EpisodeFinished`` (the objective: mean return of a policy'
 episodes; the env's unshaped score when it reports one; in self-play the win rate of its recent
 matches, whose winners and losers it also counts) and every learner's ``TrainingStats``
 (frames trained per policy, which drive the schedule). The rules are in
-:mod:`components.pbt_rules`. A decision sends ``HyperparamsChanged`` (the policy's whole set) to
+:mod:`components.pbt.rules`. A decision sends ``HyperparamsChanged`` (the policy's whole set) to
 the learners and rollout workers, and for an exchange ``ReplacePolicy`` to the learners, which
-make it atomic (see :mod:`components.pbt_learner`). Each decision is logged with its reason and
+make it atomic (see :mod:`components.pbt.member`). Each decision is logged with its reason and
 appended to ``RUN_DIR/pbt_history.jsonl``; the state is checkpointed to
 ``RUN_DIR/checkpoints/pbt/`` after each decision and resumed from there; hyperparameters, the
 objective and counts of mutations and exchanges are Prometheus metrics.
@@ -25,13 +25,13 @@ from typing import Any, Literal
 import numpy as np
 
 from components.algo import AppoConfig
-from components.checkpoint import load_newest, save_checkpoint
-from components.config import DataPathParams
+from components.datapath.messages import EpisodeFinished, TrainingStats
+from components.datapath.settings import DataPathParams
 from components.envs import make_env
-from components.messages import EpisodeFinished, TrainingStats
-from components.pbt_learner import PopulationMember, prune_snapshots
-from components.pbt_messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
-from components.pbt_rules import Decision, PbtRules, Population
+from components.learning.checkpoint import load_newest, save_checkpoint
+from components.pbt.member import PopulationMember, prune_snapshots
+from components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
+from components.pbt.rules import Decision, PbtRules, Population
 from sfbus import Actor, Signal, slot
 from sfbus import metrics as prom
 from sfbus.topology import Topology, import_actor_class

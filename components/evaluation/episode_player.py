@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from components.envs import MultiAgentEnv
-from components.policy import Policy
+from components.models.policy import Policy
 
 
 class Episode(NamedTuple):

@@ -4,8 +4,8 @@ Non-batched sampling (the default) lets every row of a split sit in any slot, so
 worker gathers the rows a request names from the request table; that is what lets agents act
 with different policies. Batched sampling gives up that freedom (one policy per worker) so that
 no gather is needed: the slot pool is laid out in blocks of ``rows_per_split`` slots
-(:func:`components.buffers.trajectory_layout` rounds it up), a split always takes one whole free
-block, and the buffer fields are laid out ``[block, t, row, ...]``, so the split's rows at step
+(:func:`components.datapath.buffers.trajectory_layout` rounds it up), a split always takes one whole
+free block, and the buffer fields are laid out ``[block, t, row, ...]``, so the split's rows at step
 ``t`` are one contiguous array of every field (``TrajectoryBuffer.at``). The rollout worker steps
 its envs as one vector (:class:`components.envs.vector.VectorEnvs`) writing straight into that
 array and reads the actions from it; an ``InferenceRequest`` names ``(block, count, t)`` (block
@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from components.buffers import TrajectoryBuffer
-from components.messages import InferenceRequest
+from components.datapath.buffers import TrajectoryBuffer
+from components.datapath.messages import InferenceRequest
 from sfbus import SlotPool
 from sfbus.context import ActorContext
 
@@ -81,7 +81,7 @@ class BlockServer:
 
     def forward(self, policy: Any, request: InferenceRequest, version: int,
                 deterministic: bool) -> None:
-        """Run ``policy`` (a :class:`components.policy.Policy`) on the request's slice."""
+        """Run ``policy`` (a :class:`components.models.policy.Policy`) on the request's slice."""
         at, at1 = self.at(request)
         fields = self.torch[request.worker]
         obs = {k: v[at] for k, v in self.obs[request.worker].items()}  # views, no copy

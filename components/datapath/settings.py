@@ -38,7 +38,8 @@ class DataPathParams:
     """Policies trained side by side (a population); each has its own learner and batcher."""
     sampling: Literal["non_batched", "batched"] = "non_batched"
     """``batched``: each split's slots are one contiguous block, so the inference worker runs on
-    a slice of the buffer with no gather (one policy only, see :mod:`components.batched`)."""
+    a slice of the buffer with no gather (one policy only, see
+    :mod:`components.sampling.batched_layout`)."""
 
     def __post_init__(self) -> None:
         for name in ("rollout", "num_envs", "num_splits", "batch_size", "num_policies",

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from components.messages import EpisodeFinished, RolloutProgress, TrainingStats
-from components.status import progress_bar, status_line
+from components.datapath.messages import EpisodeFinished, RolloutProgress, TrainingStats
+from components.monitoring.status import progress_bar, status_line
 from sfbus import Actor, ArraySpec, slot
 from sfbus import metrics as prom
 from sfbus.topology import Topology

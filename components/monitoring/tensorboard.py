@@ -1,7 +1,7 @@
 """TensorBoard event files of a run: returns, losses, policy lag and frame rate against env frames.
 
-Listens to the same signals as the statistics actor (``components.stats``); every scalar's step
-is a count of env frames. Episode means and the frame rate are written once per
+Listens to the same signals as the statistics actor (``components.monitoring.stats``); every
+scalar's step is a count of env frames. Episode means and the frame rate are written once per
 ``report_every_s`` window (a fast env finishes hundreds of episodes per second) at the frames
 collected so far: the sum of the rollout workers' progress reports, the ``env_frames`` of
 ``progress.jsonl``, so they line up with ``sfbus plot``. The learner's figures are written once
@@ -11,7 +11,7 @@ exact per step and continues across a resume. The two counts differ by the frame
 batch or two. Files go to ``<run_dir>/tensorboard/`` (``tensorboard --logdir RUN_DIR``).
 
 With ``wandb.project`` set, the same scalars also go to Weights & Biases with the run's settings
-as its config (:mod:`components.wandb_sink`).
+as its config (:mod:`components.monitoring.wandb_sink`).
 
 Tags: ``policy_<id>/reward``, ``episode_length``, ``policy_loss``, ``value_loss``, ``entropy``,
 ``kl``, ``grad_norm``, ``lr``, ``lag`` (mean policy lag of the batch), ``lag_max``,
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.messages import EpisodeFinished, RolloutProgress, TrainingStats
-from components.pbt_messages import HyperparamsChanged
-from components.wandb_sink import WandbConfig, WandbSink
+from components.datapath.messages import EpisodeFinished, RolloutProgress, TrainingStats
+from components.monitoring.wandb_sink import WandbConfig, WandbSink
+from components.pbt.messages import HyperparamsChanged
 from sfbus import Actor, slot
 
 # TrainingStats fields written per training step, by tag name.

@@ -8,7 +8,7 @@ INTER_LINEAR +20 us, three single-plane resizes of a CRCGCB frame slower than on
 Default is INTER_LINEAR: for these <2x downscales it keeps ~95% of the raw frame rate, where
 INTER_AREA costs ~40% (Sample Factory itself uses INTER_NEAREST). At `resolution=None` the
 frame is rendered CHW (CRCGCB) and copied without any transpose.
-The `full` action space adds `measurements` float32 `(19,)`, see `doom_spaces`.
+The `full` action space adds `measurements` float32 `(19,)`, see `spaces.py`.
 
 `deathmatch` is a hosted deathmatch against ZDoom's built-in bots on the CIG competition map
 (`cig.wad`, map01) with `deathmatch.cfg`'s buttons and 4200-tic timeout: the shipped
@@ -31,8 +31,8 @@ import cv2
 import numpy as np
 import vizdoom as vzd
 
-from components.envs import doom_spaces as ds
-from components.envs.doom_shm import start_sweeper
+from components.envs.doom import spaces as ds
+from components.envs.doom.shm import start_sweeper
 from components.envs.spec import (
     EnvError,
     EnvSpec,
@@ -110,10 +110,10 @@ def _scenario(name: str) -> Scenario:
 class DoomEnv(MultiAgentEnv):
     """One VizDoom game (one agent). Build with `make_doom_env`.
 
-    Args: `action_space` "simple" | "full" (see `doom_spaces`); `frameskip` tics per step;
+    Args: `action_space` "simple" | "full" (see `spaces.py`); `frameskip` tics per step;
     `resolution` (width, height) of `obs`, None for the native 160x120; `num_bots` for
     deathmatch scenarios (default 7 on `deathmatch`); `reward_shaping` coefficients by key of
-    `doom_spaces.SHAPING_VARS` (default on deathmatch scenarios, else off); `measurements`
+    `spaces.SHAPING_VARS` (default on deathmatch scenarios, else off); `measurements`
     (default: on with the full space); `interpolation` "linear" | "area" | "nearest";
     `episode_timeout` in tics (default: the scenario's own).
     """

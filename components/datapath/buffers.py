@@ -7,9 +7,9 @@ the policy id and version that acted. Step ``T`` holds the observation (and stat
 action, for bootstrapping; it is also copied into step 0 of the worker's next slot.
 
 With ``sampling: batched`` the fields are shaped ``[blocks, T+1, rows, ...]`` instead (a block is
-the ``rows_per_split`` slots one split fills, see :mod:`components.batched`): slot ``s`` is
-``(s // rows, :, s % rows)``, so a split's rows at step ``t`` are one contiguous array. Code that
-reads or writes slots goes through :meth:`TrajectoryBuffer.at` and
+the ``rows_per_split`` slots one split fills, see :mod:`components.sampling.batched_layout`): slot
+``s`` is ``(s // rows, :, s % rows)``, so a split's rows at step ``t`` are one contiguous array.
+Code that reads or writes slots goes through :meth:`TrajectoryBuffer.at` and
 :meth:`TrajectoryBuffer.slot_source`, which know both layouts.
 
 A policy's weights live in ``policy.<id>.weights`` (one flat float32 vector of the model's and the
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from components.config import DataPathParams
+from components.datapath.settings import DataPathParams
+from components.datapath.slot_stages import stage_array_specs
 from components.envs import EnvSpec, env_spec
-from components.recovery import stage_array_specs
 from sfbus import ArraySpec, SlotPool
 from sfbus.context import ActorContext
 from sfbus.routing import instance_name
@@ -79,7 +79,7 @@ class TrajectoryLayout:
 
     def array_specs(self, worker: str) -> list[ArraySpec]:
         """Every shared array of worker ``worker``: buffer fields, request table, slot pool and
-        the pool's slot stages (see :mod:`components.recovery`)."""
+        the pool's slot stages (see :mod:`components.datapath.slot_stages`)."""
         specs = [ArraySpec(f"{worker}.traj.{name}", shape, dtype)
                  for name, (shape, dtype) in self.field_shapes().items()]
         specs.append(ArraySpec(f"{worker}.requests", (self.splits, self.rows_per_split, 2),
@@ -126,8 +126,8 @@ def trajectory_layout(params: DataPathParams, topology: Topology) -> TrajectoryL
     rows_per_split = agents // params.num_splits
     batched = params.sampling == "batched"
     if batched and params.mode == "async":
-        # Splits take whole blocks of rows_per_split slots (components.batched): round up to
-        # whole blocks, plus one for the block a batch boundary leaves partly released.
+        # Splits take whole blocks of rows_per_split slots (components.sampling.batched_layout):
+        # round up to whole blocks, plus one for the block a batch boundary leaves partly released.
         slots = (math.ceil(slots / rows_per_split) + 1) * rows_per_split
     return TrajectoryLayout(spec, params.rollout, params.state_size, slots, params.num_splits,
                             rows_per_split, rows_per_split if batched else 0)

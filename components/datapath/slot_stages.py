@@ -27,7 +27,7 @@ batches the old batcher held, which is fine. (The learner of the appo topologies
 batcher's process and restarts with it; a batch in flight to a learner whose batcher restarted
 alone is checked after the copy and dropped if a worker already refills one of its slots.)
 
-The learner's own recovery (published weights, bad updates) is in :mod:`components.learner_faults`.
+The learner's own recovery (published weights, bad updates) is in :mod:`components.learning.faults`.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from components.envs.doom_shm import SHM_DIR
+from components.envs.doom.shm import SHM_DIR
 
 RESET, STEP, CLOSE = 0.0, 1.0, 2.0
 """Commands a player understands (the first float of what the env sends)."""

@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from components.checkpoint import save_checkpoint
-from components.messages import EpisodeFinished
+from components.datapath.messages import EpisodeFinished
+from components.learning.checkpoint import save_checkpoint
 
 # Episodes in the best-checkpoint metric: the progress line's own average (Stats.average_episodes)
 BEST_EPISODES = 100

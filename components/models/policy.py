@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from components.algo import ObsNormalizer
-from components.buffers import PolicyWeights
-from components.config import DataPathParams
+from components.datapath.buffers import PolicyWeights
+from components.datapath.settings import DataPathParams
 from components.envs import EnvSpec, env_spec
 from components.models import ActorCritic, StepOutput
 from components.models.packed import PackedStep, packable

@@ -1,12 +1,12 @@
 """VizDoom multiplayer: k agents (2: a duel) in one networked deathmatch, as a `MultiAgentEnv`.
 
-Each agent plays its own VizDoom instance in a player process (see `doom_match`); the host and
+Each agent plays its own VizDoom instance in a player process (see `match.py`); the host and
 the joiners meet over UDP on 127.0.0.1 and step in lock-step. The map is the CIG competition map
 (`cig.wad` map01, as doom.py's bot deathmatch), the action space the paper's full multi-head one
 and the observations doom.py's: `obs` uint8 `(3, 72, 128)` and `measurements` float32 `(19,)`.
 
 Rewards are frag-based as in Sample Factory's duels: +1 per frag, -1 per death by default
-(`reward_shaping` takes any `doom_spaces.SHAPING_VARS` keys). At an episode's end every agent's
+(`reward_shaping` takes any `spaces.SHAPING_VARS` keys). At an episode's end every agent's
 info carries `episode_true_return` (its frags, the match score), `episode_frags`,
 `episode_deaths`, `episode_win` (1.0 when it outscored every other agent, else 0.0) and, in a
 duel, `episode_opponent` (the other agent's index; the rollout worker reports its policy).
@@ -28,14 +28,14 @@ from typing import Any
 import numpy as np
 import vizdoom as vzd
 
-from components.envs import doom_spaces as ds
-from components.envs.doom import (
+from components.envs.doom import spaces as ds
+from components.envs.doom.game import (
     INTERPOLATION,
     DoomEnvError,
     engine_config_path,
 )
-from components.envs.doom_match import RESET, Match, MatchError, PlayerSetup, free_udp_port
-from components.envs.doom_shm import start_sweeper
+from components.envs.doom.match import RESET, Match, MatchError, PlayerSetup, free_udp_port
+from components.envs.doom.shm import start_sweeper
 from components.envs.spec import EnvSpec, EpisodeStats, MultiAgentEnv, ObsDict, ObsField, StepOutput
 
 log = logging.getLogger(__name__)

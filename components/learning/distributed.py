@@ -249,7 +249,7 @@ def join_peers(learner: Any) -> Peers | None:
     """Join the group the environment names and take rank 0's state; None when alone.
 
     Runs on a thread (it blocks until every rank joined). ``learner`` is a built
-    :class:`components.learner.Learner`.
+    :class:`components.learning.learner.Learner`.
     """
     group = group_from_env()
     if group is None:

@@ -4,8 +4,8 @@ A worker owns ``num_envs`` envs in ``num_splits`` groups (double-buffered sampli
 the paper): while the inference worker computes actions for one split, the worker steps the other.
 Agent ``a`` of env ``e`` is row ``e * num_agents + a``; split ``s`` holds the contiguous rows of
 envs ``[s * envs_per_split, (s + 1) * envs_per_split)``. Every row fills its own trajectory slot,
-and every split advances its rows' step ``t`` together (see :mod:`components.buffers` for what
-lives at ``[slot, t]``). Observations go straight from the env into the shared buffer.
+and every split advances its rows' step ``t`` together (see :mod:`components.datapath.buffers` for
+what lives at ``[slot, t]``). Observations go straight from the env into the shared buffer.
 
 When a split's slots hold T steps it emits ``trajectory_ready`` per slot and takes fresh slots
 from the worker's pool, carrying the last observation and RNN state to step 0. An empty pool
@@ -14,13 +14,13 @@ and sync mode's pause while the learner trains.
 
 With ``num_policies`` > 1 every agent gets a policy at each episode start from the mapping, a
 split sends one request per policy acting in it, and a slot goes to the policy that acted for most
-of its steps (see :mod:`components.policy_mapping`). PBT's reward-shaping coefficients arrive as
-``HyperparamsChanged`` and are applied to the envs whose agents act with that policy.
+of its steps (see :mod:`components.sampling.policy_mapping`). PBT's reward-shaping coefficients
+arrive as ``HyperparamsChanged`` and are applied to the envs whose agents act with that policy.
 
 What the worker does when it, an inference worker or a batcher restarts, or when an env breaks,
-is in :mod:`components.rollout_faults`. With ``sampling: batched`` every split fills one
+is in :mod:`components.sampling.rollout_faults`. With ``sampling: batched`` every split fills one
 contiguous block of slots, names it in its requests, and steps its envs as one vector straight
-into the block's contiguous rows (see :mod:`components.batched`).
+into the block's contiguous rows (see :mod:`components.sampling.batched_layout`).
 """
 
 from __future__ import annotations
@@ -32,12 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from components.batched import BlockSlots
-from components.buffers import TrajectoryBuffer, trajectory_layout
-from components.config import DataPathParams
-from components.envs import EnvError, MultiAgentEnv
-from components.envs.vector import VectorEnvs
-from components.messages import (
+from components.datapath.buffers import TrajectoryBuffer, trajectory_layout
+from components.datapath.messages import (
     ActionsReady,
     EpisodeFinished,
     InferenceRequest,
@@ -45,9 +41,13 @@ from components.messages import (
     SlotsReleased,
     TrajectoryReady,
 )
-from components.pbt_messages import HyperparamsChanged
-from components.policy_mapping import AgentPolicies, load_mapping
-from components.rollout_faults import WorkerFaults, env_seed
+from components.datapath.settings import DataPathParams
+from components.envs import EnvError, MultiAgentEnv
+from components.envs.vector import VectorEnvs
+from components.pbt.messages import HyperparamsChanged
+from components.sampling.batched_layout import BlockSlots
+from components.sampling.policy_mapping import AgentPolicies, load_mapping
+from components.sampling.rollout_faults import WorkerFaults, env_seed
 from sfbus import Actor, ArraySpec, Signal, slot
 from sfbus.ratelimit import RateLimitedLog
 from sfbus.topology import Topology
@@ -59,9 +59,9 @@ class RolloutParams(DataPathParams):
 
     policy: int = 0
     """The policy every agent of this worker acts with when ``num_policies`` is 1."""
-    policy_mapping: str = "components.policy_mapping:RandomMapping"
+    policy_mapping: str = "components.sampling.policy_mapping:RandomMapping"
     """With ``num_policies`` > 1: the class (``module:Class``) choosing each agent's policy at
-    its episode starts (see :mod:`components.policy_mapping`)."""
+    its episode starts (see :mod:`components.sampling.policy_mapping`)."""
     progress_interval_s: float = 1.0
     """Seconds between ``rollout_progress`` reports to the stats actor."""
     inference_timeout_s: float = 3.0
@@ -383,7 +383,8 @@ class RolloutWorker(WorkerFaults, Actor):
         else:  # a slot where an agent switched policy goes to its majority policy
             policies = self.population.owners(
                 s, self._policies[self.buffer.at(slots_view, slice(last))])
-        epochs = self.stages.submit(slots_view, policies)  # stamped: see components.recovery
+        # stamped with the batcher's epoch: see components.datapath.slot_stages
+        epochs = self.stages.submit(slots_view, policies)
         for full, policy, epoch in zip(slots_view.tolist(), policies, epochs, strict=True):
             self.trajectory_ready.emit(TrajectoryReady(self.worker, full, policy, epoch))
         self.paused.append(s)

@@ -25,7 +25,7 @@ from typing import Any, Literal, TypeVar
 import torch
 
 from components.algo import AppoConfig, ReturnsNormalizer, appo_loss
-from components.buffers import (
+from components.datapath.buffers import (
     STEP_FIELDS,
     PolicyWeights,
     SlotSource,
@@ -34,14 +34,7 @@ from components.buffers import (
     rollout_workers,
     trajectory_layout,
 )
-from components.checkpoint import config_fingerprint, load_newest
-from components.config import DataPathParams
-from components.distributed import Peers, check_supported, join_peers, record_batch
-from components.envs import env_spec
-from components.heap import keep_freed_memory
-from components.learner_checkpoints import Kind, LearnerCheckpoints
-from components.learner_faults import NumericsGuard, restore_published
-from components.messages import (
+from components.datapath.messages import (
     BatchReady,
     EpisodeFinished,
     LearnerIdle,
@@ -49,9 +42,16 @@ from components.messages import (
     TrainingStats,
     WeightsUpdated,
 )
-from components.pbt_learner import PopulationMember
-from components.policy import Policy, build_policy, published_size
-from components.recovery import LearnerSlots
+from components.datapath.settings import DataPathParams
+from components.datapath.slot_stages import LearnerSlots
+from components.envs import env_spec
+from components.learning.checkpoint import config_fingerprint, load_newest
+from components.learning.checkpoint_schedule import Kind, LearnerCheckpoints
+from components.learning.distributed import Peers, check_supported, join_peers, record_batch
+from components.learning.faults import NumericsGuard, restore_published
+from components.learning.heap import keep_freed_memory
+from components.models.policy import Policy, build_policy, published_size
+from components.pbt.member import PopulationMember
 from sfbus import ArraySpec, Signal, slot
 from sfbus.context import ActorContext
 from sfbus.ratelimit import RateLimitedLog
@@ -243,8 +243,9 @@ class Learner(PopulationMember):
             if p.mode == "async":
                 self._release(to_release)
                 to_release = {}
-            # Dropped: a restarted worker already refills one of its slots (components.recovery),
-            # or it has only steps of weights a PBT exchange replaced.
+            # Dropped: a restarted worker already refills one of its slots
+            # (components.datapath.slot_stages), or it has only steps of weights a PBT exchange
+            # replaced.
             if self._slot_stages.torn(groups) or self.discards(batch):
                 return
             result = await self._in_thread(self.train, batch)

@@ -12,10 +12,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from components.buffers import rollout_workers
-from components.config import DataPathParams
-from components.messages import BatchReady, LearnerIdle, TrajectoryReady
-from components.recovery import BatcherSlots, BatcherStarted, batcher_starts_spec
+from components.datapath.buffers import rollout_workers
+from components.datapath.messages import BatchReady, LearnerIdle, TrajectoryReady
+from components.datapath.settings import DataPathParams
+from components.datapath.slot_stages import BatcherSlots, BatcherStarted, batcher_starts_spec
 from sfbus import Actor, ArraySpec, Signal, slot
 from sfbus.context import ActorContext
 from sfbus.topology import Topology
@@ -58,7 +58,8 @@ class Batcher(Actor):
 
     @classmethod
     def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
-        """The count of this policy's batcher starts (its epoch, see components.recovery)."""
+        """The count of this policy's batcher starts (its epoch, see
+        components.datapath.slot_stages)."""
         return [batcher_starts_spec(params.policy)]
 
     async def on_start(self) -> None:

@@ -6,7 +6,8 @@ straight from shared memory, runs the policy once for every request that arrived
 iteration, writes actions, log-probabilities, values and the policy version back into the same
 rows and the new RNN state into row ``t + 1``, then signals each rollout worker. Nothing but
 indices travels on the bus. With ``sampling: batched`` a request names a contiguous block of
-slots instead, served from a view of it with no gather (see :mod:`components.batched`).
+slots instead, served from a view of it with no gather (see
+:mod:`components.sampling.batched_layout`).
 """
 
 from __future__ import annotations
@@ -19,17 +20,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from components.batched import BlockServer
-from components.buffers import (
+from components.datapath.buffers import (
     PolicyWeights,
     TrajectoryBuffer,
     flat_size,
     rollout_workers,
     trajectory_layout,
 )
-from components.config import DataPathParams
-from components.messages import ActionsReady, InferenceRequest, WeightsUpdated
-from components.policy import Policy, build_policy
+from components.datapath.messages import ActionsReady, InferenceRequest, WeightsUpdated
+from components.datapath.settings import DataPathParams
+from components.models.policy import Policy, build_policy
+from components.sampling.batched_layout import BlockServer
 from sfbus import Actor, Signal, slot
 
 # Rows per forward pass and seconds per batch: powers of two up to a big sampler's whole fleet,

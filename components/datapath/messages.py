@@ -46,7 +46,8 @@ class TrajectoryReady(Message, frozen=True):
     slot: int
     policy: int
     epoch: int = 0
-    """The newest epoch of ``policy``'s batcher the worker knew (see components.recovery)."""
+    """The newest epoch of ``policy``'s batcher the worker knew (see
+    components.datapath.slot_stages)."""
 
 
 class BatchReady(Message, frozen=True):

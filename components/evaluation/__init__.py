@@ -1,0 +1,1 @@
+"""Scoring policies outside training: the evaluator actor and the episode loops."""

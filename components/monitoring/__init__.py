@@ -1,0 +1,1 @@
+"""What a run reports: the statistics actor and status line, TensorBoard and W&B."""

@@ -1,0 +1,33 @@
+"""The package layout shows the data path: sampling and learning meet only in the datapath."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+COMPONENTS = Path(__file__).resolve().parents[1] / "components"
+# role -> the roles it must never import (the processes meet in shared memory, not in code)
+APART = {"sampling": ("learning",), "learning": ("sampling",),
+         "datapath": ("sampling", "learning", "pbt", "monitoring", "evaluation")}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports (absolute names), at any depth of the file."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("role", sorted(APART))
+def test_roles_stay_apart(role: str) -> None:
+    modules = sorted((COMPONENTS / role).glob("*.py"))
+    assert modules, f"components/{role}/ is empty"
+    crossings = [(m.name, name) for m in modules for name in imported_modules(m)
+                 for other in APART[role] if name.startswith(f"components.{other}")]
+    assert not crossings, f"components/{role} imports what it must not: {crossings}"
