@@ -179,12 +179,17 @@ def _use_app_dir(app_dir: str) -> None:
         os.environ["PYTHONPATH"] = f"{path}{os.pathsep}{inherited}" if inherited else path
 
 
+def one_line(text: str) -> str:
+    """``text`` on one line: a newline the user typed into an argument shows as ``\\n``."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with the CLI's one-line errors: ``error: sfbus run: ...``, exit code 2."""
 
     def error(self, message: str) -> NoReturn:
         """Print one line naming the command and exit with 2 (bad input)."""
-        self.exit(BAD_INPUT, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(BAD_INPUT, f"error: {self.prog}: {one_line(message)} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -251,10 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except BadInput as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(str(error))}", file=sys.stderr)
         return BAD_INPUT
     except SfbusError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(str(error))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -118,8 +118,9 @@ class RoutingTable:
     def array_specs(self) -> list[ArraySpec]:
         """Every shared array the run's actors declare, checked before anything starts.
 
-        An actor that cannot size its buffers from its parameters (``ValueError``) is reported
-        as a TopologyError at that actor's place in the file.
+        An actor that cannot size its buffers from its parameters (``ValueError``), or whose
+        code raises while it tries (a user's env factory that fails, say), is reported as a
+        TopologyError at that actor's place in the file.
         """
         specs: list[ArraySpec] = []
         for actor in self.actors.values():
@@ -128,6 +129,10 @@ class RoutingTable:
                                                      self.topology))
             except ValueError as error:
                 raise _error_at(str(error), actor.spec.location, self.topology.path,
+                                f"actor {actor.spec.name!r}") from None
+            except Exception as error:  # the actor's (or its env's) code failed: name it
+                raise _error_at(f"sizing its shared arrays failed: {type(error).__name__}: "
+                                f"{error}", actor.spec.location, self.topology.path,
                                 f"actor {actor.spec.name!r}") from None
         return specs
 

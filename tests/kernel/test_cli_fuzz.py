@@ -64,3 +64,17 @@ def test_run_refuses_bad_input_before_starting(file: str, sets: list[str], flags
     _check(["run", file, "--run-dir", str(run_dir), *overrides, *flags, "--max-frames", "0"],
            capsys)
     assert not run_dir.exists()
+
+
+def test_a_user_env_that_raises_at_validation_is_one_located_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "broken_env.py").write_text(
+        "def make(**kwargs):\n    raise RuntimeError('my env is broken')\n")
+    topology = [str(TOPOLOGIES / "cartpole.yaml"), "--set", "env=broken_env:make"]
+    for command, extra in (("validate", []), ("run", ["--run-dir", str(tmp_path / "run")])):
+        code = main(["--app-dir", str(tmp_path), command, *topology, *extra])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert err.startswith("error: ") and err.count("\n") == 1, err
+        assert "actor 'rollout'" in err and "RuntimeError: my env is broken" in err, err
+    assert not (tmp_path / "run").exists()
