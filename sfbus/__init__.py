@@ -1,9 +1,22 @@
 """sfbus: an asyncio / ZeroMQ message-bus microkernel for high-throughput reinforcement learning.
 
 The public kernel API is the names below; everything else in the package is private.
+
+- Writing actors: ``Actor``, ``Signal``, ``slot``, ``NoParams``, ``Message``, ``Empty``;
+  ``ActorContext`` (what a running actor sees: its run, routing table and shared memory).
+- Shared memory: ``ArraySpec``, ``SharedArray``, ``SlotPool``.
+- Topologies: ``Topology``, ``load_topology`` (a file plus ``--set`` overrides, validated),
+  ``import_actor_class`` (a ``module:Class`` path), ``instance_name`` (the name of an actor's
+  replica).
+- Runs: ``RunLimits`` (``--max-frames`` / ``--max-seconds`` as actors see them),
+  ``new_run_dir`` and ``make_private_dir`` (run folders only this user can read).
+- Helpers: ``RateLimitedLog`` (a warning on a hot path, at most once per interval),
+  ``command_lines`` (every process's argv, for sweeping up after external engines).
+- Errors: ``SfbusError`` and its kinds; ``BadInput`` is the user's (exit 2).
 """
 
 from sfbus.actor import Actor, NoParams, Signal, slot
+from sfbus.context import ActorContext
 from sfbus.errors import (
     ActorDeadError,
     BadInput,
@@ -17,11 +30,17 @@ from sfbus.errors import (
     TopologyError,
 )
 from sfbus.messages import Empty, Message
+from sfbus.procfs import command_lines
+from sfbus.ratelimit import RateLimitedLog
+from sfbus.routing import instance_name
+from sfbus.rundir import RunLimits, make_private_dir, new_run_dir
 from sfbus.shm import ArraySpec, SharedArray
 from sfbus.slot_pool import SlotPool
+from sfbus.topology import Topology, import_actor_class, load_topology
 
 __all__ = [
     "Actor",
+    "ActorContext",
     "ActorDeadError",
     "ArraySpec",
     "BadInput",
@@ -29,8 +48,10 @@ __all__ = [
     "FrameError",
     "Message",
     "NoParams",
+    "RateLimitedLog",
     "RunDirError",
     "RunFailed",
+    "RunLimits",
     "SfbusError",
     "SharedArray",
     "SharedMemoryError",
@@ -38,6 +59,13 @@ __all__ = [
     "SlotPool",
     "SlotPoolError",
     "SlotPoolExhausted",
+    "Topology",
     "TopologyError",
+    "command_lines",
+    "import_actor_class",
+    "instance_name",
+    "load_topology",
+    "make_private_dir",
+    "new_run_dir",
     "slot",
 ]

@@ -31,3 +31,9 @@ def test_roles_stay_apart(role: str) -> None:
     crossings = [(m.name, name) for m in modules for name in imported_modules(m)
                  for other in APART[role] if name.startswith(f"components.{other}")]
     assert not crossings, f"components/{role} imports what it must not: {crossings}"
+
+
+def test_components_use_only_the_kernels_public_api() -> None:
+    private = [(str(m.relative_to(COMPONENTS)), name) for m in sorted(COMPONENTS.rglob("*.py"))
+               for name in imported_modules(m) if name.startswith("sfbus.")]
+    assert not private, f"kernel modules imported past sfbus/__init__.py: {private}"

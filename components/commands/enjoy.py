@@ -118,8 +118,7 @@ def learners(run_dir: Path) -> dict[int, Any]:
     if not snapshot.is_file():
         raise EnjoyError(f"{run_dir}: not a run directory (no topology.yaml)")
     from components.learning.learner import Learner
-    from sfbus.topology import load_topology
-    from sfbus.topology.loader import import_actor_class
+    from sfbus import import_actor_class, load_topology
 
     topology = load_topology(snapshot)
     found = {spec.params.policy: spec.params

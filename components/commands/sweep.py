@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sfbus.errors import BadInput
+from sfbus import BadInput
 
 STOP_GRACE_S = 120.0  # a run's own graceful stop saves checkpoints; then it is killed
 
@@ -71,8 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Validate every combination, then run them (or write the Slurm script)."""
-    from sfbus.rundir import make_private_dir, new_run_dir
-    from sfbus.topology import load_topology
+    from sfbus import load_topology, make_private_dir, new_run_dir
 
     if args.parallel < 1:
         raise BadInput(f"--parallel must be >= 1, not {args.parallel}")

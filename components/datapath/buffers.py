@@ -30,10 +30,7 @@ import torch
 from components.datapath.settings import DataPathParams
 from components.datapath.slot_stages import stage_array_specs
 from components.envs import EnvSpec, env_spec
-from sfbus import ArraySpec, SlotPool
-from sfbus.context import ActorContext
-from sfbus.routing import instance_name
-from sfbus.topology import Topology
+from sfbus import ActorContext, ArraySpec, SlotPool, Topology, instance_name
 
 Index = int | slice | np.ndarray
 """Slots or steps of a trajectory buffer: one, a range, or an integer array."""

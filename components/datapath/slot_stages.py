@@ -36,8 +36,7 @@ import logging
 
 import numpy as np
 
-from sfbus import ArraySpec, Message, SlotPool
-from sfbus.context import ActorContext
+from sfbus import ActorContext, ArraySpec, Message, SlotPool
 
 FREE, FILLING, SUBMITTED, QUEUED, CONSUMED = range(5)
 STAGE_NAMES = ("free", "filling", "submitted", "queued", "consumed")

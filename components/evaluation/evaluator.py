@@ -59,10 +59,8 @@ from components.envs import EnvError, make_env
 from components.evaluation.episode_player import EpisodePlayer
 from components.models.policy import build_policy
 from components.monitoring.stats import Stats
-from sfbus import Actor
+from sfbus import Actor, Topology, import_actor_class
 from sfbus import metrics as prom
-from sfbus.topology import Topology
-from sfbus.topology.loader import import_actor_class
 
 _T = TypeVar("_T")
 # Env steps per trip to the worker thread: a few milliseconds of CartPole, about a second of

@@ -16,9 +16,7 @@ from components.datapath.buffers import rollout_workers
 from components.datapath.messages import BatchReady, LearnerIdle, TrajectoryReady
 from components.datapath.settings import DataPathParams
 from components.datapath.slot_stages import BatcherSlots, BatcherStarted, batcher_starts_spec
-from sfbus import Actor, ArraySpec, Signal, slot
-from sfbus.context import ActorContext
-from sfbus.topology import Topology
+from sfbus import Actor, ActorContext, ArraySpec, Signal, Topology, slot
 
 
 class Batcher(Actor):

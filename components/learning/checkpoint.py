@@ -21,8 +21,7 @@ from typing import Any
 
 import torch
 
-from sfbus import SfbusError
-from sfbus.rundir import make_private_dir
+from sfbus import SfbusError, make_private_dir
 
 _NAME = re.compile(r"^checkpoint_(\d+)\.pt$")
 _TEMP_PREFIX = ".checkpoint_"

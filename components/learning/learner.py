@@ -52,10 +52,7 @@ from components.learning.faults import NumericsGuard, restore_published
 from components.learning.heap import keep_freed_memory
 from components.models.policy import Policy, build_policy, published_size
 from components.pbt.member import PopulationMember
-from sfbus import ArraySpec, Signal, slot
-from sfbus.context import ActorContext
-from sfbus.ratelimit import RateLimitedLog
-from sfbus.topology import Topology
+from sfbus import ActorContext, ArraySpec, RateLimitedLog, Signal, Topology, slot
 
 Batch = dict[str, Any]
 _T = TypeVar("_T")

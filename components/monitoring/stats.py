@@ -16,9 +16,8 @@ from typing import Any, Literal
 
 from components.datapath.messages import EpisodeFinished, RolloutProgress, TrainingStats
 from components.monitoring.status import progress_bar, status_line
-from sfbus import Actor, ArraySpec, slot
+from sfbus import Actor, ArraySpec, Topology, slot
 from sfbus import metrics as prom
-from sfbus.topology import Topology
 
 # Windows for the frame rate, in seconds (the paper and Sample Factory report 10 s and 60 s).
 _FPS_WINDOWS = (10.0, 60.0)

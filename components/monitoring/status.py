@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sfbus.rundir import RunLimits
+from sfbus import RunLimits
 
 _BAR_WIDTH = 20
 

@@ -32,9 +32,8 @@ from components.learning.checkpoint import load_newest, save_checkpoint
 from components.pbt.member import PopulationMember, prune_snapshots
 from components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
 from components.pbt.rules import Decision, PbtRules, Population
-from sfbus import Actor, Signal, slot
+from sfbus import Actor, Signal, Topology, import_actor_class, slot
 from sfbus import metrics as prom
-from sfbus.topology import Topology, import_actor_class
 
 _STATE_KEYS = ("hyperparams", "last_update", "frames", "returns", "next_exchange", "updates",
                "rng", "exchanges", "mutations")

@@ -27,8 +27,7 @@ from torch import Tensor
 
 from components.datapath.buffers import TrajectoryBuffer
 from components.datapath.messages import InferenceRequest
-from sfbus import SlotPool
-from sfbus.context import ActorContext
+from sfbus import ActorContext, SlotPool
 
 _FIELDS = ("rnn", "actions", "log_probs", "values", "versions")
 

@@ -48,9 +48,7 @@ from components.pbt.messages import HyperparamsChanged
 from components.sampling.batched_layout import BlockSlots
 from components.sampling.policy_mapping import AgentPolicies, load_mapping
 from components.sampling.rollout_faults import WorkerFaults, env_seed
-from sfbus import Actor, ArraySpec, Signal, slot
-from sfbus.ratelimit import RateLimitedLog
-from sfbus.topology import Topology
+from sfbus import Actor, ArraySpec, RateLimitedLog, Signal, Topology, slot
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import re
 import threading
 import time
 
-from sfbus.procfs import command_lines
+from sfbus import command_lines
 
 SHM_DIR = "/dev/shm"
 _SEGMENT = re.compile(r"ViZDoom(?:SM|MQCtr|MQDoom)([A-Za-z0-9]+)")
