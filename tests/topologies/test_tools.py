@@ -73,7 +73,8 @@ def test_wandb_offline_best_checkpoint_and_eval(tmp_path: Path) -> None:
     for tag in ("policy_0/reward", "policy_0/policy_loss", "policy_0/lr", "run/fps"):
         assert len(history.get(tag, ())) >= 2, (tag, sorted(history))
     frames = [at for at, _ in history["policy_0/policy_loss"]]
-    assert frames == sorted(frames) and 0 < frames[-1] <= 40000 + 4096
+    # the learner's frames: past --max-frames by the batches still queued when the run stopped
+    assert frames == sorted(frames) and 20000 <= frames[-1] <= 60000
 
     # the best checkpoint: one, written after save_best_after frames, its score recorded
     (best,) = (run_dir / "checkpoints" / "policy_0" / "best").glob("checkpoint_*.pt")
