@@ -2,7 +2,10 @@
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
-TOPOLOGY ?= topologies/doom_basic.yaml
+# The default run: the GPU layout where torch sees a GPU, else the co-located CPU layout.
+TOPOLOGY ?= $(shell $(PY) -c 'import torch; print("topologies/doom_basic_gpu.yaml" \
+	if torch.cuda.is_available() else "topologies/doom_basic.yaml")' 2>/dev/null \
+	|| echo topologies/doom_basic.yaml)
 ARGS ?= --max-frames 1000000
 
 .PHONY: install run test lint clean

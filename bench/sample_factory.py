@@ -64,7 +64,12 @@ STOP_S = 60.0  # Sample Factory saves a checkpoint and closes every env on Ctrl-
 # ----- the venv -----------------------------------------------------------------------------
 
 def ensure_venv() -> Path:
-    """Create Sample Factory's venv unless it is already there; return its Python."""
+    """Create Sample Factory's venv unless it is already there; return its Python.
+
+    ``SFBUS_BENCH_SF_PYTHON`` names a Python that already runs Sample Factory instead (a machine
+    with no package index, such as a lent GPU machine with wheels carried to it)."""
+    if given := os.environ.get("SFBUS_BENCH_SF_PYTHON"):
+        return Path(given)
     python = VENV / "bin" / "python"
     wanted = "\n".join(" ".join(step) for step in REQUIREMENTS) + "\n"
     if python.exists() and _MARKER.exists() and _MARKER.read_text() == wanted:
@@ -79,9 +84,10 @@ def ensure_venv() -> Path:
 
 
 def sf_flags(env: str, workers: int, envs: int, train_dir: Path, rollout: int = 32,
-             batch_size: int = 1024) -> list[str]:
-    """Sample Factory's command-line flags for the configuration the sfbus cases run."""
-    return [f"--env={env}", "--device=cpu", f"--num_workers={workers}",
+             batch_size: int = 1024, device: str = "cpu") -> list[str]:
+    """Sample Factory's command-line flags for the configuration the sfbus cases run
+    (``device``: ``cpu`` or ``gpu``)."""
+    return [f"--env={env}", f"--device={device}", f"--num_workers={workers}",
             f"--num_envs_per_worker={envs}", f"--rollout={rollout}", f"--batch_size={batch_size}",
             "--worker_num_splits=2", "--serial_mode=False",
             "--encoder_conv_architecture=convnet_simple", "--use_rnn=True", "--rnn_type=gru",
@@ -94,26 +100,26 @@ def sf_flags(env: str, workers: int, envs: int, train_dir: Path, rollout: int = 
 # ----- measuring a case ---------------------------------------------------------------------
 
 def run_training(seconds: float, warmup: float, env: str = "doom_basic", workers: int = 2,
-                 envs: int = 16) -> tt.Window:
+                 envs: int = 16, device: str = "cpu") -> tt.Window:
     """Sample Factory's full training, measured over ``seconds`` after ``warmup``."""
-    return _measure("train", seconds, warmup, env, workers, envs)
+    return _measure("train", seconds, warmup, env, workers, envs, device)
 
 
 def run_sampler(seconds: float, warmup: float, env: str = "doom_basic", workers: int = 2,
-                envs: int = 16) -> tt.Window:
+                envs: int = 16, device: str = "cpu") -> tt.Window:
     """Sample Factory's sampler alone (rollout + inference, no learner), measured."""
-    return _measure("sample", seconds, warmup, env, workers, envs)
+    return _measure("sample", seconds, warmup, env, workers, envs, device)
 
 
 def _measure(mode: str, seconds: float, warmup: float, env: str, workers: int,
-             envs: int) -> tt.Window:
+             envs: int, device: str) -> tt.Window:
     """Run this module inside the venv in ``mode`` and measure it as ``run_sfbus`` does."""
     python = ensure_venv()
     with tempfile.TemporaryDirectory(prefix="sfbus-bench-sf-") as name:
         tmp = Path(name)
         log = tmp / "output.txt"
         limit = 300 + warmup + seconds
-        flags = sf_flags(env, workers, envs, tmp / "train_dir")
+        flags = sf_flags(env, workers, envs, tmp / "train_dir", device=device)
         command = [str(python), "-m", "bench.sample_factory", "--inside", mode, "--folder",
                    str(tmp), "--", *flags]
         started = time.monotonic()

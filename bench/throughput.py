@@ -42,6 +42,7 @@ from sfbus import Actor, Signal, slot
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## Throughput: simulation, sampler, training"
+SECTION_GPU = "## Throughput on a GPU: simulation and training"
 CASES = {"sim": "pure simulation", "random": "sampler, random actions",
          "model": "sampler, real model", "train": "full training",
          "sf_model": "Sample Factory: sampler alone, real model",
@@ -70,6 +71,12 @@ utime+stime of every process over the window, in cores (1.00 = one core busy; in
 (shared memory counted in each process that maps it) and PSS (counted once). *Others' cores* is
 what the rest of the machine used meanwhile (`/proc/stat` busy time less this case's processes):
 a figure far from 0 means the case shared its cores and its rate is low."""
+ABOUT_GPU = """As above (fresh processes per case, %(workers)d rollout workers or simulation
+processes of %(envs)d envs, each pinned to its own core; rates over a %(seconds)g s window that
+starts %(warmup)g s after the first frames), on a machine with a GPU: *full training* is `sfbus
+run %(training)s %(sets)s --set device=cuda` (the paper's layout: one inference process on the
+GPU batching every rollout worker's requests, the learner on the GPU), *Sample Factory: full
+training* the same flags as on the CPU but `--device=gpu`."""
 
 
 class TrajectorySink(Actor):
@@ -187,14 +194,24 @@ def run_case(key: str, args: argparse.Namespace) -> tt.Window:
 
         run = sample_factory.run_sampler if key == "sf_model" else sample_factory.run_training
         return run(args.seconds, args.warmup, env=args.env, workers=args.workers,
-                   envs=args.envs)
+                   envs=args.envs, device="gpu" if args.gpu else "cpu")
     with tempfile.TemporaryDirectory(prefix="sfbus-bench-") as tmp:
         if key == "train":
             sets = tt.training_overrides(args.env, args.workers, args.envs)
-            return tt.run_sfbus([tt.TRAINING, *sets], args.warmup, args.seconds, Path(tmp))
+            if args.gpu:
+                sets += ["--set", "device=cuda"]
+            return tt.run_sfbus([training(args), *sets], args.warmup, args.seconds, Path(tmp))
+        if args.gpu:
+            raise SystemExit("the sampler cases run the CPU layout; with --gpu use "
+                             "--cases sim,train,sf_train")
         topology = tt.sampler_topology(args.env, args.workers, args.envs, key == "random")
         return tt.run_sfbus([str(Path(tmp, "bench.yaml"))], args.warmup, args.seconds,
                             Path(tmp), topology)
+
+
+def training(args: argparse.Namespace) -> str:
+    """The training topology of this run: the GPU layout with ``--gpu``."""
+    return tt.TRAINING_GPU if args.gpu else tt.TRAINING
 
 
 def _k(rate: float) -> str:
@@ -262,16 +279,27 @@ def verdict(results: dict[str, tt.Window]) -> str:
 
 
 def machine() -> str:
-    """This machine and the library versions this benchmark depends on."""
+    """This machine and the library versions this benchmark depends on (and its GPU)."""
     import torch
     import vizdoom
 
-    return machine_line(f"torch {torch.__version__}, vizdoom {vizdoom.__version__}")
+    gpu = ""
+    if torch.cuda.is_available():
+        gpu = (f", {torch.cuda.get_device_name()} (CUDA {torch.version.cuda}, driver "
+               f"{_driver()})")
+    return machine_line(f"torch {torch.__version__}, vizdoom {vizdoom.__version__}{gpu}")
 
 
-def write_docs(text: str) -> None:
-    """Replace this benchmark's section of docs/BENCHMARKS.md."""
-    write_section(SECTION, text)
+def _driver() -> str:
+    """The NVIDIA driver's version, or ``unknown``."""
+    with contextlib.suppress(OSError):
+        return Path("/proc/driver/nvidia/version").read_text().split("Kernel Module")[1].split()[0]
+    return "unknown"
+
+
+def write_docs(text: str, gpu: bool = False) -> None:
+    """Replace this benchmark's section (its GPU section) of docs/BENCHMARKS.md."""
+    write_section(SECTION_GPU if gpu else SECTION, text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of "
                         + ", ".join(CASES))
     parser.add_argument("--quick", action="store_true", help="smoke run: 3 s warm-up, 4 s window")
+    parser.add_argument("--gpu", action="store_true", help="train on the GPU layout "
+                        f"({tt.TRAINING_GPU}, device cuda) and Sample Factory with --device=gpu")
     parser.add_argument("--write-docs", action="store_true", help="rewrite docs/BENCHMARKS.md")
     args = parser.parse_args(argv)
     args.seconds = args.seconds or (4.0 if args.quick else 30.0)
@@ -305,9 +335,11 @@ def main(argv: list[str] | None = None) -> int:
         command = "python -m bench.throughput " + " ".join(argv if argv is not None
                                                            else sys.argv[1:])
         sets = " ".join(tt.training_overrides(args.env, args.workers, args.envs))
-        about = ABOUT % dict(workers=args.workers, envs=args.envs, seconds=args.seconds,
-                             warmup=args.warmup, training=tt.TRAINING, sets=sets)
-        write_docs(f"Command: `{command.strip()}`\n\nMachine: {machine()}\n\n{about}\n\n{text}\n")
+        about = (ABOUT_GPU if args.gpu else ABOUT) % dict(
+            workers=args.workers, envs=args.envs, seconds=args.seconds, warmup=args.warmup,
+            training=training(args), sets=sets)
+        write_docs(f"Command: `{command.strip()}`\n\nMachine: {machine()}\n\n{about}\n\n{text}\n",
+                   args.gpu)
     return 0
 
 

@@ -29,6 +29,7 @@ from bench.process import stop_gracefully
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINING = "topologies/doom_basic.yaml"
+TRAINING_GPU = "topologies/doom_basic_gpu.yaml"
 # Frequent reports, so that the window's ends fall within ~0.1 s of where the bench wants them.
 REPORTING = {"progress_interval_s": 0.1, "report_every_s": 0.5}
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -80,7 +81,7 @@ def sampler_topology(env: str, workers: int, envs: int, random_actions: bool) ->
 
 
 def training_overrides(env: str, workers: int, envs: int) -> list[str]:
-    """``--set`` arguments that give ``topologies/doom_basic.yaml`` this bench's sizes."""
+    """``--set`` arguments that give the training topology this bench's sizes."""
     cores = ",".join(map(str, affinity(workers)))
     sets = [f"env={env}", f"num_envs={envs}", f"processes.rollout.replicas={workers}",
             f"processes.rollout.cpu_affinity=[{cores}]"]

@@ -14,6 +14,8 @@ from components.envs import EnvSpec, env_spec
 from components.models import ActorCritic, StepOutput
 from components.models.packed import PackedStep, packable
 
+_CPU = torch.device("cpu")
+
 
 class Policy(nn.Module):
     """The actor-critic network and the running observation normalizer it is fed through."""
@@ -31,31 +33,66 @@ class Policy(nn.Module):
         )
         self.packed: PackedStep | None = None
         """Set by :meth:`prepare_for_inference` where the model can run on packed weights."""
+        self.device = _CPU
+        """Where :meth:`prepare_for_inference` put the policy."""
 
-    def prepare_for_inference(self, packed: bool = True) -> Policy:
-        """Eval mode, no gradients, and the fastest step this CPU offers: weights reordered
-        for oneDNN where the model allows it and ``packed`` is on
-        (:mod:`components.models.packed`), else the encoder's weights kept in its compute
-        dtype. New weights then come in through :meth:`read_weights`."""
-        self.eval().requires_grad_(False)
-        if packed and packable(self.model):
+    def prepare_for_inference(self, packed: bool = True,
+                              device: torch.device = _CPU) -> Policy:
+        """Eval mode, no gradients, on ``device``, with the fastest step it offers: on a CPU,
+        weights reordered for oneDNN where the model allows it and ``packed`` is on
+        (:mod:`components.models.packed`), else (and on a GPU) the encoder's weights kept in its
+        compute dtype. New weights then come in through :meth:`read_weights`."""
+        self.eval().requires_grad_(False).to(device)
+        self.device = device
+        if packed and device.type == "cpu" and packable(self.model):
             self.packed = PackedStep(self.model)
         else:
-            self.model.encoder.keep_weights_in_compute_dtype(torch.device("cpu"))
+            self.model.encoder.keep_weights_in_compute_dtype(device)
+        if device.type != "cpu":
+            # Published weights reach the device in one upload per version: the seqlock read
+            # into pinned host memory, one transfer of the whole vector, then device-side copies
+            # (and casts) into the parameters, instead of one small transfer per tensor.
+            size = sum(t.numel() for t in self.published_tensors())
+            self._staging = torch.empty(size, pin_memory=True)
+            self._uploaded = torch.empty(size, device=device)
+            self._downloads = _PinnedOutputs()
         return self
 
     def read_weights(self, weights: PolicyWeights) -> int:
         """Copy the learner's published weights in (packing them again when packed); returns
         the version read."""
-        version = weights.read_into(self.published_tensors())
-        if self.packed is not None:
-            self.packed.pack()
+        if self.device.type == "cpu":
+            version = weights.read_into(self.published_tensors())
+            if self.packed is not None:
+                self.packed.pack()
+            return version
+        version = weights.read_into([self._staging])
+        # Blocking: the next read reuses the staging buffer (~0.5 ms for the paper's model).
+        self._uploaded.copy_(self._staging)
+        offset = 0
+        with torch.no_grad():
+            for tensor in self.published_tensors():
+                n = tensor.numel()
+                tensor.copy_(self._uploaded[offset:offset + n].view_as(tensor))
+                offset += n
         return version
 
     def step(self, obs: dict[str, torch.Tensor], rnn_state: torch.Tensor,
              deterministic: bool = False, generator: torch.Generator | None = None) -> StepOutput:
         """One inference step on raw observations: normalize, then the model's forward step,
-        sampling actions from ``generator`` (default: torch's global one)."""
+        sampling actions from ``generator`` (default: torch's global one; on a GPU, one of that
+        device). Inputs and outputs are on the host whatever the policy's device: on a GPU the
+        rows go up (non-blocking from pinned memory) and the results come back in one sync, into
+        pinned buffers that the next step reuses."""
+        if self.device.type == "cpu":
+            return self._step(obs, rnn_state, deterministic, generator)
+        device = self.device
+        out = self._step({k: v.to(device, non_blocking=True) for k, v in obs.items()},
+                         rnn_state.to(device, non_blocking=True), deterministic, generator)
+        return self._downloads.fetch(out, device)
+
+    def _step(self, obs: dict[str, torch.Tensor], rnn_state: torch.Tensor,
+              deterministic: bool, generator: torch.Generator | None) -> StepOutput:
         normalized = self.obs_normalizer(obs)
         if self.packed is not None:
             return self.packed(normalized["obs"], rnn_state, deterministic, generator)
@@ -64,6 +101,29 @@ class Policy(nn.Module):
     def published_tensors(self) -> list[torch.Tensor]:
         """Every tensor inference needs, in a fixed order (parameters, then buffers)."""
         return [*self.parameters(), *(b for b in self.buffers())]
+
+
+class _PinnedOutputs:
+    """Pinned host buffers a GPU step's outputs come back into, grown (doubling) as needed."""
+
+    def __init__(self) -> None:
+        self.buffers: list[torch.Tensor] = []
+
+    def fetch(self, out: StepOutput, device: torch.device) -> StepOutput:
+        """``out`` copied to the host: non-blocking copies, then one wait for all of them."""
+        fields = (out.actions, out.log_prob, out.value, out.rnn_state, out.action_logits)
+        rows = len(out.actions)
+        if not self.buffers or len(self.buffers[0]) < rows or any(
+                b.dtype != f.dtype or b.shape[1:] != f.shape[1:]
+                for b, f in zip(self.buffers, fields, strict=True)):
+            capacity = max(rows, 2 * len(self.buffers[0]) if self.buffers else 0)
+            self.buffers = [torch.empty((capacity, *f.shape[1:]), dtype=f.dtype, pin_memory=True)
+                            for f in fields]
+        host = [b[:rows] for b in self.buffers]
+        for target, source in zip(host, fields, strict=True):
+            target.copy_(source, non_blocking=True)
+        torch.cuda.current_stream(device).synchronize()
+        return StepOutput(*host)
 
 
 def build_policy(params: DataPathParams) -> Policy:

@@ -29,6 +29,7 @@ from components.datapath.buffers import (
 )
 from components.datapath.messages import ActionsReady, InferenceRequest, WeightsUpdated
 from components.datapath.settings import DataPathParams
+from components.models.device import check_device, describe_device, resolve_device
 from components.models.policy import Policy, build_policy
 from components.sampling.batched_layout import BlockServer
 from sfbus import Actor, Signal, slot
@@ -116,6 +117,14 @@ class InferenceWorker(Actor):
         torch_threads: int = 1
         """Intra-op threads of the forward pass. 1 on small machines: a batch is a few dozen rows,
         too little to split well, and extra threads spin on cores the rollout workers need."""
+        device: str = "auto"
+        """``auto`` (a GPU when one is visible), ``cpu``, ``cuda`` or ``cuda:N``; without an
+        index, the worker of policy (or replica) ``i`` takes GPU ``i mod n``
+        (:mod:`components.models.device`)."""
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            check_device(self.device)
 
     actions_ready = Signal(ActionsReady, "actions were written for a request's rows")
 
@@ -150,10 +159,12 @@ class InferenceWorker(Actor):
                    for name in rollout_workers(topology, p.rollout_actor)]
         words = [p.seed, p.policy, self.context.replica]
         self.rng = np.random.default_rng([*words, 0x1F])
+        self.device = torch.device("cpu") if p.random_actions else resolve_device(
+            p.device, p.policy if p.num_policies == 1 else self.context.replica)
         # The model samples from a generator of this worker's own: torch's global one starts
         # from the same seed in every process, so replicas (one per rollout process with
         # appo_local_inference.yaml) would draw the same numbers and act alike.
-        self.sampling = torch.Generator().manual_seed(
+        self.sampling = torch.Generator(self.device).manual_seed(
             int(np.random.SeedSequence([*words, 0x2F]).generate_state(1)[0]))
         self.blocks = (BlockServer(buffers, self.state_size, self.spec.action_shape, self.rng,
                                    self.sampling)
@@ -165,6 +176,8 @@ class InferenceWorker(Actor):
         self.served = {i: self._load(i) for i in ids}
         self.policy = self.served[ids[0]].model
         """The (first) served policy's network; None when acting randomly."""
+        if self.policy is not None:
+            self.log.info("policies %s on %s", list(ids), describe_device(self.device))
         self.m_version.set(self.version)
 
     @property
@@ -178,7 +191,7 @@ class InferenceWorker(Actor):
         if self.params.random_actions:
             return served
         served.model = build_policy(self.params).prepare_for_inference(
-            self.params.packed_weights)
+            self.params.packed_weights, self.device)
         if f"policy.{policy}.weights" not in self.context.array_specs:
             # No learner publishes this policy (a sampler benchmark): keep the initial weights.
             self.log.info("no published weights for policy %d; serving initial weights", policy)
@@ -314,10 +327,13 @@ class InferenceWorker(Actor):
             start = end
 
     def _batch(self, rows: int) -> tuple[dict[str, Tensor], Tensor]:
-        """Views of ``rows`` rows of the reused gather buffers, grown (doubling) when too small."""
+        """Views of ``rows`` rows of the reused gather buffers, grown (doubling) when too small;
+        pinned for a GPU, whose uploads from them then run asynchronously."""
         if rows > self._capacity:
             self._capacity = max(rows, 2 * self._capacity)
-            self._obs_batch = {k: torch.empty((self._capacity, *f.shape[1:]), dtype=f.dtype)
+            pin = self.device.type == "cuda"
+            self._obs_batch = {k: torch.empty((self._capacity, *f.shape[1:]), dtype=f.dtype,
+                                              pin_memory=pin)
                                for k, f in self.rows[0].obs.items()}
-            self._rnn_batch = torch.zeros((self._capacity, self.state_size))
+            self._rnn_batch = torch.zeros((self._capacity, self.state_size), pin_memory=pin)
         return ({k: v[:rows] for k, v in self._obs_batch.items()}, self._rnn_batch[:rows])

@@ -27,6 +27,7 @@ from components.models.precision import cpu_has_fast_bf16, onednn_has_bf16
 from components.sampling.inference_worker import InferenceWorker
 from sfbus import Actor, ArraySpec, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from tests.devices import DEVICES
 from tests.kernel.conftest import hosted
 
 PARAMS = DataPathParams(env="gym:CartPole-v1", rollout=4, num_envs=8, num_splits=2, batch_size=8,
@@ -184,10 +185,13 @@ def check_rows(rollout: FakeRollout, rows: list[tuple[int, int]], policy: Policy
     assert t["rnn"][~state_written].isnan().all()
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("deterministic", "transport"),
                          [(False, "inproc"), (True, "inproc"), (False, "ipc")])
-async def test_outputs_land_in_the_requested_rows(deterministic: bool, transport: str) -> None:
-    async with run(transport=transport, deterministic=deterministic) as actors:
+async def test_outputs_land_in_the_requested_rows(deterministic: bool, transport: str,
+                                                  device: str) -> None:
+    async with run(transport=transport, deterministic=deterministic, device=device) as actors:
+        assert actors["inference"].served[0].model.device.type == device
         rollout, learner = actors["rollout.1"], actors["learner"]
         learner.publish(trained_policy(1), 1, announce=False)
         rollout.request(1, ROWS, seed=5)
@@ -197,8 +201,9 @@ async def test_outputs_land_in_the_requested_rows(deterministic: bool, transport
         check_rows(rollout, ROWS, as_served(actors), 1, deterministic)
 
 
-async def test_new_weights_are_used_from_the_next_batch() -> None:
-    async with run(deterministic=True) as actors:
+@pytest.mark.parametrize("device", DEVICES)
+async def test_new_weights_are_used_from_the_next_batch(device: str) -> None:
+    async with run(deterministic=True, device=device) as actors:
         rollout, learner, inference = actors["rollout.0"], actors["learner"], actors["inference"]
         learner.publish(trained_policy(1), 1, announce=False)
         rollout.request(0, ROWS, seed=5)
@@ -222,7 +227,7 @@ DOOM = dataclasses.replace(PARAMS, env="doom_basic", model=ModelConfig(hidden=32
 @pytest.mark.skipif(not cpu_has_fast_bf16(),
                     reason="precision auto packs only on a CPU with AMX or AVX-512 BF16")
 async def test_packed_weights_are_packed_again_at_each_refresh() -> None:
-    async with run(DOOM, deterministic=True) as actors:
+    async with run(DOOM, deterministic=True, device="cpu") as actors:
         rollout, learner, inference = actors["rollout.0"], actors["learner"], actors["inference"]
         assert inference.served[0].model.packed is not None  # the default conv model is packed
         for version in (1, 2):
@@ -234,11 +239,25 @@ async def test_packed_weights_are_packed_again_at_each_refresh() -> None:
                        tolerance=0.05)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+async def test_conv_policy_serves_new_weights_on_every_device(device: str) -> None:
+    # The default model (conv encoder in its compute precision, GRU): each refresh reaches the
+    # device (on a GPU: one upload of the whole vector, then casts into the parameters).
+    async with run(DOOM, deterministic=True, device=device) as actors:
+        rollout, learner = actors["rollout.0"], actors["learner"]
+        for version in (1, 2):
+            learner.publish(trained_policy(version, DOOM), version, announce=False)
+            rollout.request(0, ROWS, seed=5)
+            await rollout.wait(version)
+            check_rows(rollout, ROWS, as_served(actors, DOOM), version, deterministic=True,
+                       tolerance=0.05)
+
+
 async def test_forced_bfloat16_serves_on_any_cpu() -> None:
     # precision: bfloat16 forces bf16 arithmetic; where oneDNN has no bf16 kernels (AVX2 only)
     # the eager model runs it instead of the packed step, which would fail at its first call.
     forced = dataclasses.replace(DOOM, model=dataclasses.replace(DOOM.model, precision="bfloat16"))
-    async with run(forced, deterministic=True) as actors:
+    async with run(forced, deterministic=True, device="cpu") as actors:
         rollout, learner, inference = actors["rollout.0"], actors["learner"], actors["inference"]
         assert (inference.served[0].model.packed is not None) == onednn_has_bf16()
         learner.publish(trained_policy(1, forced), 1, announce=False)

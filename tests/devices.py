@@ -1,0 +1,15 @@
+"""The devices a device-dependent test runs on: the CPU always, a CUDA GPU where one is visible."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+CUDA_MISSING = "needs a CUDA GPU: torch.cuda.is_available() is False on this machine"
+
+DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("cuda", id="cuda",
+                 marks=pytest.mark.skipif(not torch.cuda.is_available(), reason=CUDA_MISSING)),
+]
+"""``pytest.mark.parametrize("device", DEVICES)``: CUDA cases skip, naming the missing GPU."""
