@@ -246,9 +246,13 @@ class PolicyWeights:
 
     def publish(self, tensors: list[torch.Tensor], version: int) -> None:
         """Write ``tensors`` (in a fixed order) as ``version``; readers never see half of it."""
-        self.counter[0] = 2 * version - 1  # odd: writing
-        offset = 0
         with torch.no_grad():
+            if tensors and tensors[0].device.type != "cpu":
+                # A GPU learner: one flat vector on the device, then one transfer down, instead
+                # of a small synchronous transfer per tensor.
+                tensors = [torch.cat([t.reshape(-1).float() for t in tensors]).cpu()]
+            self.counter[0] = 2 * version - 1  # odd: writing
+            offset = 0
             for tensor in tensors:
                 n = tensor.numel()
                 self.weights[offset:offset + n].copy_(tensor.reshape(-1))
