@@ -54,7 +54,7 @@ def _policy(env: str, inference: bool) -> Policy:
     policy = build_policy(DataPathParams(env=env))
     if inference:
         return policy.prepare_for_inference(device=torch.device("cuda"))
-    return policy.to("cuda")
+    return policy.to("cuda").requires_grad_(False)  # the learner publishes between steps
 
 
 def _timed(fn: Any) -> float:

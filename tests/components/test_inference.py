@@ -198,7 +198,9 @@ async def test_outputs_land_in_the_requested_rows(deterministic: bool, transport
         await rollout.wait(1)
         assert rollout.answers == [ActionsReady(1, 1)]
         assert actors["rollout.0"].answers == []  # routed by key to the worker that asked
-        check_rows(rollout, ROWS, as_served(actors), 1, deterministic)
+        # On a GPU the float32 kernels differ from the CPU's recomputation in the last digits.
+        check_rows(rollout, ROWS, as_served(actors), 1, deterministic,
+                   tolerance=None if device == "cpu" else 1e-4)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -213,7 +215,8 @@ async def test_new_weights_are_used_from_the_next_batch(device: str) -> None:
         learner.publish(trained_policy(2), 2, announce=False)
         rollout.request(0, ROWS, seed=5)  # the very same inputs
         await rollout.wait(2)
-        check_rows(rollout, ROWS, as_served(actors), 2, deterministic=True)
+        check_rows(rollout, ROWS, as_served(actors), 2, deterministic=True,
+                   tolerance=None if device == "cpu" else 1e-4)
         assert not np.array_equal(first, rollout.buffer.numpy["actions"])
         # Announced: refreshed on the signal, before any request.
         learner.publish(trained_policy(3), 3, announce=True)
