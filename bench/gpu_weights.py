@@ -6,8 +6,9 @@ both ways the issue asks to compare, and prints the median time per version on e
 
 - *shared memory* (what sfbus does): the learner flattens its weights on the device and copies the
   vector down into a host shared-memory array (``PolicyWeights.publish``); the inference worker
-  copies it into pinned memory, uploads it in one transfer and casts it into its parameters
-  (``Policy.read_weights``);
+  uploads it in one transfer and casts it into its parameters (``Policy.read_weights``); both
+  with the array registered as page-locked memory (``PolicyWeights.page_lock``), or, for
+  comparison, not (pageable);
 - *CUDA IPC*: the learner flattens its weights into a device buffer that the inference process
   opened through a CUDA IPC handle (``torch.multiprocessing`` sends it); the inference worker
   copies from that buffer straight into its parameters, device to device.
@@ -26,28 +27,23 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
+from components.datapath.buffers import PolicyWeights
 from components.datapath.settings import DataPathParams
 from components.models.policy import Policy, build_policy
 
 
-class _Weights:
+class _Weights(PolicyWeights):
     """``PolicyWeights`` over a plain shared tensor (the bench has no actor context)."""
 
-    def __init__(self, weights: torch.Tensor, counter: Any) -> None:
+    def __init__(self, weights: torch.Tensor, counter: Any, lock: bool) -> None:
         self.weights = weights
         self.counter = counter
+        self.page_locked = False
+        self.lock = lock
 
-    def publish(self, tensors: list[torch.Tensor], version: int) -> None:
-        """As ``PolicyWeights.publish``."""
-        from components.datapath.buffers import PolicyWeights
-
-        PolicyWeights.publish(self, tensors, version)  # type: ignore[arg-type]
-
-    def read_into(self, tensors: list[torch.Tensor]) -> int:
-        """As ``PolicyWeights.read_into``."""
-        from components.datapath.buffers import PolicyWeights
-
-        return PolicyWeights.read_into(self, tensors)  # type: ignore[arg-type]
+    def page_lock(self) -> bool:
+        """As ``PolicyWeights.page_lock``, or nothing for the pageable case."""
+        return self.lock and super().page_lock()
 
 
 def _policy(env: str, inference: bool) -> Policy:
@@ -70,12 +66,12 @@ def _reader(mode: str, env: str, versions: int, shared: Any, flat: torch.Tensor,
     """The inference side: wait for each version, copy it in, time it."""
     policy = _policy(env, inference=True)
     tensors = policy.published_tensors()
-    weights = _Weights(shared, counter)
+    weights = _Weights(shared, counter, lock=mode == "shm")
     times = []
     for version in range(1, versions + 1):
         while counter[0] < 2 * version:
             time.sleep(1e-4)
-        if mode == "shm":
+        if mode != "ipc":
             times.append(_timed(lambda: policy.read_weights(weights)))
         else:
             def copy() -> None:
@@ -102,13 +98,13 @@ def measure(mode: str, env: str, versions: int) -> tuple[float, float]:
     reader = ctx.Process(target=_reader, args=(mode, env, versions, shared, flat, counter,
                                                results))
     reader.start()
-    weights = _Weights(shared, counter)
+    weights = _Weights(shared, counter, lock=mode == "shm")
     times = []
     for version in range(1, versions + 1):
         with torch.no_grad():
             for t in learner.parameters():
                 t.add_(1e-3)
-        if mode == "shm":
+        if mode != "ipc":
             times.append(_timed(lambda: weights.publish(tensors, version)))  # noqa: B023
         else:
             times.append(_timed(lambda: torch.cat(
@@ -133,9 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     size = sum(t.numel() for t in _policy(args.env, False).published_tensors())
     print(f"{torch.cuda.get_device_name()}: {size:,} floats ({size * 4 / 2**20:.1f} MiB) per "
           f"version, median of {args.versions} versions")
-    for mode, title in (("shm", "shared memory"), ("ipc", "CUDA IPC")):
+    for mode, title in (("pageable", "shared memory, pageable"),
+                        ("shm", "shared memory, page-locked"), ("ipc", "CUDA IPC")):
         publish, read = measure(mode, args.env, args.versions)
-        print(f"{title:>14}: learner {publish * 1e3:.3f} ms, inference {read * 1e3:.3f} ms")
+        print(f"{title:>26}: learner {publish * 1e3:.3f} ms, inference {read * 1e3:.3f} ms")
     return 0
 
 

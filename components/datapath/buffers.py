@@ -238,6 +238,19 @@ class PolicyWeights:
         self.policy = policy
         self.weights = context.shared(f"policy.{policy}.weights").torch
         self.counter = context.shared(f"policy.{policy}.version").numpy
+        self.page_locked = False
+        """Whether :meth:`page_lock` registered the vector with CUDA in this process."""
+
+    def page_lock(self) -> bool:
+        """Register the weights vector with CUDA as page-locked memory (once per process), so
+        that a GPU copies to and from it in one DMA at full speed: measured on an H100, a
+        version costs the learner ~10 ms and an inference worker ~7 ms through pageable memory
+        (``python -m bench.gpu_weights``). False where that is not possible."""
+        if not self.page_locked and torch.cuda.is_available():
+            code = torch.cuda.cudart().cudaHostRegister(
+                self.weights.data_ptr(), self.weights.numel() * self.weights.element_size(), 0)
+            self.page_locked = int(getattr(code, "value", code)) == 0
+        return self.page_locked
 
     @property
     def version(self) -> int:
@@ -248,9 +261,10 @@ class PolicyWeights:
         """Write ``tensors`` (in a fixed order) as ``version``; readers never see half of it."""
         with torch.no_grad():
             if tensors and tensors[0].device.type != "cpu":
-                # A GPU learner: one flat vector on the device, then one transfer down, instead
-                # of a small synchronous transfer per tensor.
-                tensors = [torch.cat([t.reshape(-1).float() for t in tensors]).cpu()]
+                # A GPU learner: one flat vector on the device, then one transfer down (into
+                # page-locked memory where possible), instead of a small transfer per tensor.
+                self.page_lock()
+                tensors = [torch.cat([t.reshape(-1).float() for t in tensors])]
             self.counter[0] = 2 * version - 1  # odd: writing
             offset = 0
             for tensor in tensors:

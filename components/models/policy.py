@@ -49,11 +49,10 @@ class Policy(nn.Module):
         else:
             self.model.encoder.keep_weights_in_compute_dtype(device)
         if device.type != "cpu":
-            # Published weights reach the device in one upload per version: the seqlock read
-            # into pinned host memory, one transfer of the whole vector, then device-side copies
-            # (and casts) into the parameters, instead of one small transfer per tensor.
+            # Published weights reach the device in one upload per version (the seqlock read
+            # is one transfer of the whole page-locked vector), then device-side copies (and
+            # casts) into the parameters, instead of one small transfer per tensor.
             size = sum(t.numel() for t in self.published_tensors())
-            self._staging = torch.empty(size, pin_memory=True)
             self._uploaded = torch.empty(size, device=device)
             self._downloads = _PinnedOutputs()
         return self
@@ -66,9 +65,8 @@ class Policy(nn.Module):
             if self.packed is not None:
                 self.packed.pack()
             return version
-        version = weights.read_into([self._staging])
-        # Blocking: the next read reuses the staging buffer (~0.5 ms for the paper's model).
-        self._uploaded.copy_(self._staging)
+        weights.page_lock()
+        version = weights.read_into([self._uploaded])
         offset = 0
         with torch.no_grad():
             for tensor in self.published_tensors():
