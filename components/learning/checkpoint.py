@@ -3,7 +3,8 @@
 A checkpoint is one ``torch.save`` of a plain dict (tensors, numbers, strings), written to a
 temporary file in the target folder, fsynced, then renamed over ``checkpoint_<step:09d>.pt``: a
 crash mid-write leaves the previous checkpoint as it was. Loading uses ``weights_only=True``, so a
-checkpoint can never run code.
+checkpoint can never run code. Tensors are saved on the CPU (``TrainingState.state_dict``) and
+loaded onto the device the caller names, so a checkpoint does not depend on where it was trained.
 """
 
 from __future__ import annotations
@@ -91,8 +92,9 @@ def save_checkpoint(directory: str | Path, state: Mapping[str, Any], step: int, 
 
 def load_checkpoint(path: str | Path, config: Mapping[str, Any] | None = None,
                     required: Sequence[str] = REQUIRED_KEYS, kind: str = "learner",
-                    ) -> dict[str, Any]:
-    """Read a checkpoint; with ``config``, also check it was saved with that fingerprint.
+                    map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint, its tensors onto ``map_location``; with ``config``, also check it was
+    saved with that fingerprint.
 
     ``required``: the keys a ``kind`` checkpoint holds (a learner's by default).
 
@@ -100,7 +102,7 @@ def load_checkpoint(path: str | Path, config: Mapping[str, Any] | None = None,
     """
     path = Path(path)
     try:
-        state = torch.load(path, weights_only=True, map_location="cpu")
+        state = torch.load(path, weights_only=True, map_location=map_location)
     except Exception as error:
         raise UnreadableCheckpoint(
             f"{path}: cannot read checkpoint (corrupt or truncated file); delete it to resume "
@@ -115,15 +117,17 @@ def load_checkpoint(path: str | Path, config: Mapping[str, Any] | None = None,
 
 def load_newest(directory: str | Path, config: Mapping[str, Any] | None = None,
                 required: Sequence[str] = REQUIRED_KEYS, kind: str = "learner",
-                log: logging.Logger | None = None) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint in ``directory`` that can be read, and its state (None: there is
-    none). A truncated or corrupt newer one is skipped with a warning, so a resume falls back to
-    the one before; when none can be read, :class:`CheckpointError` names them all. A
-    configuration mismatch is never skipped (see :func:`load_checkpoint`)."""
+                log: logging.Logger | None = None, map_location: str | torch.device = "cpu",
+                ) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint in ``directory`` that can be read, and its state, its tensors on
+    ``map_location`` (None: there is none). A truncated or corrupt newer one is skipped with a
+    warning, so a resume falls back to the one before; when none can be read,
+    :class:`CheckpointError` names them all. A configuration mismatch is never skipped (see
+    :func:`load_checkpoint`)."""
     unreadable = []
     for path in reversed(list_checkpoints(directory)):
         try:
-            state = load_checkpoint(path, config, required, kind)
+            state = load_checkpoint(path, config, required, kind, map_location)
         except UnreadableCheckpoint:
             unreadable.append(path.name)
             continue

@@ -9,7 +9,7 @@ started by ``torchrun`` joins the same way. Several GPUs for one policy on one m
 several trees on one machine, each its own rank (``torchrun --nproc-per-node G -m sfbus run
 FILE``), each tree in its own run directory (the default ``runs/<name>-rank<i>-<time>``; give
 each node its own ``--run-dir``). ``NodeGroup.local_rank`` is the GPU a rank should train on;
-the learner trains on the CPU today, so every group runs over gloo until it gets a device.
+the group's backend follows the device of the learner's training state (NCCL for CUDA, else gloo).
 
 Per training batch a learner:
 
@@ -55,6 +55,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from components.learning.training_state import TrainingState
+
 # Trailing entries of the all-reduced buffer: finite-loss ranks, leaving ranks, samples.
 _FINITE, _LEAVING, _SAMPLES = -3, -2, -1
 
@@ -99,8 +101,10 @@ class Peers:
 
     def __init__(self, group: NodeGroup, params: Sequence[torch.Tensor],
                  buffers: Sequence[torch.Tensor], timeout_s: float,
-                 log: logging.Logger | None = None) -> None:
+                 log: logging.Logger | None = None, audit: Path | None = None) -> None:
         self.group = group
+        self.audit = audit
+        """Where :meth:`record_batch` appends its lines (None: nowhere)."""
         self.params = list(params)
         self.buffers = [b for b in buffers if b.is_floating_point()]
         self.timeout = timedelta(seconds=timeout_s)
@@ -189,6 +193,17 @@ class Peers:
         samples, self.group_samples = self.group_samples, 0
         return samples
 
+    def record_batch(self, version: int, samples: int, num_epochs: int) -> None:
+        """Append a batch's line to the audit log, if the whole batch was trained together."""
+        group_samples = self.take_group_samples() // max(1, num_epochs)
+        if not self.active or self.audit is None:
+            return
+        line = {"step": self.synced_steps, "version": version, "rank": self.group.rank,
+                "world_size": self.group.world_size, "samples": samples,
+                "group_samples": group_samples, "checksum": self.checksum()}
+        with self.audit.open("a") as out:
+            out.write(json.dumps(line) + "\n")
+
     def leave(self) -> None:
         """Tell the others this learner stops: one all-reduce that pairs with their next step."""
         if not self.active:
@@ -245,42 +260,25 @@ def rendezvous(group: NodeGroup, timeout: timedelta) -> dist.TCPStore:
                          master_listen_fd=listener.detach(), use_libuv=True)
 
 
-def join_peers(learner: Any) -> Peers | None:
-    """Join the group the environment names and take rank 0's state; None when alone.
+def join_peers(training: TrainingState, timeout_s: float, log: logging.Logger, name: str,
+               audit: Path | None = None) -> Peers | None:
+    """Join the group the environment names and take rank 0's learned state into ``training``;
+    None when alone.
 
-    Runs on a thread (it blocks until every rank joined). ``learner`` is a built
-    :class:`components.learning.learner.Learner`.
+    Runs on a thread (it blocks until every rank joined). ``audit``: the batches' log
+    (:meth:`Peers.record_batch`).
     """
     group = group_from_env()
     if group is None:
         return None
-    rn = learner.returns_normalizer
-    peers = Peers(group, list(learner.policy.parameters()),
-                  [*learner.policy.buffers(), *(() if rn is None else rn.buffers())],
-                  learner.params.peer_timeout_s, learner.log)
-    learner.log.info("%s: joining a group of %d learners as rank %d (%s)", learner.name,
-                     group.world_size, group.rank, peers.backend)
+    rn = training.returns_normalizer
+    peers = Peers(group, list(training.policy.parameters()),
+                  [*training.policy.buffers(), *(() if rn is None else rn.buffers())],
+                  timeout_s, log, audit)
+    log.info("%s: joining a group of %d learners as rank %d (%s)", name, group.world_size,
+             group.rank, peers.backend)
     peers.join()
-    state = peers.broadcast({"policy": learner.policy.state_dict(),
-                             "optimizer": learner.optimizer.state_dict(),
-                             "returns": None if rn is None else rn.state_dict()})
+    state = peers.broadcast(training.learned_state())
     if group.rank != 0:
-        learner.policy.load_state_dict(state["policy"])
-        learner.optimizer.load_state_dict(state["optimizer"])
-        if rn is not None:
-            rn.load_state_dict(state["returns"])
+        training.load_learned_state(state)
     return peers
-
-
-def record_batch(learner: Any, peers: Peers, samples: int) -> None:
-    """Append the batch's line to the audit log, if the whole batch was trained together."""
-    group_samples = peers.take_group_samples() // max(1, learner.params.appo.num_epochs)
-    if not peers.active or learner.context is None or learner.context.run_dir is None:
-        return
-    name = f"distributed_policy_{learner.params.policy}.jsonl"
-    path = Path(learner.context.run_dir, "logs", name)
-    line = {"step": peers.synced_steps, "version": learner.version, "rank": peers.group.rank,
-            "world_size": peers.group.world_size, "samples": samples,
-            "group_samples": group_samples, "checksum": peers.checksum()}
-    with path.open("a") as out:
-        out.write(json.dumps(line) + "\n")

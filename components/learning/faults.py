@@ -5,53 +5,56 @@ weights it last published in shared memory (``policy.<id>.weights`` and its vers
 process); the optimizer state and counters come from the checkpoint (or start afresh without
 one). A version number never goes back.
 
-**Numerics.** Non-finite updates are skipped (see ``Learner._sgd_step``); after
+**Numerics.** Non-finite updates are skipped (see ``AppoUpdate._sgd_step``); after
 ``max_bad_updates`` in a row, :class:`NumericsGuard` puts back the last good state it keeps in
 memory (copied every ``good_state_every`` batches while healthy).
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 from typing import Any
 
-import torch
+from components.datapath.buffers import PolicyWeights
+from components.learning.training_state import TrainingState
 
 
-def restore_published(learner: Any) -> bool:
-    """Load the weights ``learner`` published before it restarted, unless its checkpoint (already
-    restored) is newer; True if loaded.
+def restore_published(weights: PolicyWeights, training: TrainingState) -> bool:
+    """Load the weights a learner published before it restarted into ``training``, unless its
+    checkpoint (already restored) is newer; True if loaded.
 
     They survive a learner's crash in shared memory (a new run's are unpublished: version 0). A
     publish torn by the crash (odd seqlock counter) is not read, but the version moves past it so
     that versions never go back.
     """
-    counter = int(learner.weights.counter[0])
+    counter = int(weights.counter[0])
     published = counter // 2 + counter % 2
-    if published < max(learner.version, 1):
+    if published < max(training.version, 1):
         return False
     if counter % 2:
-        learner.version = max(learner.version, published)
+        training.version = max(training.version, published)
         return False
-    learner.weights.read_into(learner.policy.published_tensors())
-    learner.version = published
+    weights.read_into(training.policy.published_tensors())
+    training.version = published
     return True
 
 
 class NumericsGuard:
     """Counts non-finite updates in a row; after ``max_bad`` puts back the last good state.
 
-    The good state (policy with its normalizer, optimizer, returns normalizer) is copied in memory
-    before a batch every ``every`` batches, if the previous batch had no bad update and every
-    weight is finite. Runs on the learner's training thread.
+    The good state (policy with its normalizer, optimizer, returns normalizer: the training
+    state's learned part) is copied on its device before a batch every ``every`` batches, if the
+    previous batch had no bad update and every weight is finite. Runs on the learner's training
+    thread.
     """
 
-    def __init__(self, max_bad: int, every: int, log: logging.Logger,
-                 counter: Any = None) -> None:
+    def __init__(self, training: TrainingState, max_bad: int, every: int, log: logging.Logger,
+                 name: str, counter: Any = None) -> None:
+        self.training = training
         self.max_bad = max_bad
         self.every = max(1, every)
         self.log = log
+        self.name = name
         self.counter = counter
         self.bad = 0
         self.restores = 0
@@ -60,18 +63,14 @@ class NumericsGuard:
         self._good: dict[str, Any] | None = None
         self._good_version = 0
 
-    def before_batch(self, learner: Any) -> None:
+    def before_batch(self) -> None:
         """Keep a copy of the state if due and healthy."""
         due = self._good is None or (self._batches % self.every == 0 and self._clean)
         self._batches += 1
         self._clean = True
-        if due and all(bool(torch.isfinite(p).all()) for p in learner.policy.parameters()):
-            self._good = {"policy": {k: v.detach().clone()
-                                     for k, v in learner.policy.state_dict().items()},
-                          "optimizer": copy.deepcopy(learner.optimizer.state_dict()),
-                          "returns": None if learner.returns_normalizer is None else
-                          copy.deepcopy(learner.returns_normalizer.state_dict())}
-            self._good_version = learner.version
+        if due and self.training.weights_finite():
+            self._good = self.training.snapshot()
+            self._good_version = self.training.version
 
     def forget(self) -> None:
         """Drop the copy (the weights were replaced, e.g. by a PBT exchange); the next batch
@@ -79,7 +78,7 @@ class NumericsGuard:
         self._good = None
         self.bad = 0
 
-    def after_step(self, learner: Any, ok: bool) -> bool:
+    def after_step(self, ok: bool) -> bool:
         """Count one optimizer step; True when this one triggered a restore."""
         if ok:
             self.bad = 0
@@ -88,16 +87,11 @@ class NumericsGuard:
         self._clean = False
         if self.bad < self.max_bad or self._good is None:
             return False
-        good = self._good
-        learner.policy.load_state_dict(good["policy"])
-        # load_state_dict keeps the given tensors: hand it a copy so our snapshot stays intact.
-        learner.optimizer.load_state_dict(copy.deepcopy(good["optimizer"]))
-        if good["returns"] is not None:
-            learner.returns_normalizer.load_state_dict(copy.deepcopy(good["returns"]))
+        self.training.load_learned_state(self._good)  # copies: the good state stays intact
         self.restores += 1
         if self.counter is not None:
             self.counter.inc()
         self.log.warning("%s: %d non-finite updates in a row; restored the last good state "
-                         "(weights of version %d)", learner.name, self.bad, self._good_version)
+                         "(weights of version %d)", self.name, self.bad, self._good_version)
         self.bad = 0
         return True

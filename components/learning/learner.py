@@ -6,6 +6,12 @@ GIL, so the event loop keeps moving signals meanwhile), then the new weights are
 shared memory under version + 1. Checkpoints go to ``<run_dir>/checkpoints/policy_<id>/``; a run
 directory that already holds some resumes from the newest (``sfbus run FILE --resume RUN_DIR``).
 
+What training changes (policy, Adam, normalizers, counters) is one
+:class:`~components.learning.training_state.TrainingState` on the device the learner trains on;
+a batch is copied out of shared memory on the host and enters the device in ``train``. The
+learner owns its PBT role as a :class:`~components.pbt.member.PopulationMember` and its fault
+handling as a :class:`~components.learning.faults.NumericsGuard`, both over that state.
+
 Trajectory length and batch size are the data path's (``rollout``, ``batch_size``); observation
 statistics are updated iff ``model.normalize_input``, and observations always go through the
 policy's ``ObsNormalizer``, as in inference: vectors by their running statistics, uint8 images per
@@ -15,8 +21,6 @@ pixel.
 from __future__ import annotations
 
 import asyncio
-import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +28,7 @@ from typing import Any, Literal, TypeVar
 
 import torch
 
-from components.algo import AppoConfig, ReturnsNormalizer, appo_loss
+from components.algo import AppoConfig
 from components.datapath.buffers import (
     STEP_FIELDS,
     PolicyWeights,
@@ -45,29 +49,26 @@ from components.datapath.messages import (
 from components.datapath.settings import DataPathParams
 from components.datapath.slot_stages import LearnerSlots
 from components.envs import env_spec
+from components.learning.appo_update import MEAN_STATS, AppoUpdate, Batch
 from components.learning.checkpoint import config_fingerprint, load_newest
 from components.learning.checkpoint_schedule import Kind, LearnerCheckpoints
-from components.learning.distributed import Peers, check_supported, join_peers, record_batch
+from components.learning.distributed import Peers, check_supported, join_peers
 from components.learning.faults import NumericsGuard, restore_published
 from components.learning.heap import keep_freed_memory
-from components.models.policy import Policy, build_policy, published_size
+from components.learning.training_state import TrainingState
+from components.models.policy import build_policy, published_size
 from components.pbt.member import PopulationMember
-from sfbus import ActorContext, ArraySpec, RateLimitedLog, Signal, Topology, slot
+from components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
+from sfbus import Actor, ActorContext, ArraySpec, RateLimitedLog, Signal, Topology, slot
 
-Batch = dict[str, Any]
 _T = TypeVar("_T")
 _LAG_BUCKETS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
-# appo_loss's stats averaged over a batch's steps, by their TrainingStats names
-_MEAN_STATS = {"policy_loss": "policy_loss", "value_loss": "value_loss", "entropy": "entropy",
-               "kl": "kl_approx", "clip_fraction": "clip_fraction"}
 _GAUGES = ("policy_loss", "value_loss", "entropy", "kl", "grad_norm", "lr", "train_seconds")
 
 
-_IMAGE_STAT_STRIDE = 8
-
-
-class Learner(PopulationMember):
-    """Trains one policy with APPO on the batches its batcher sends (PBT slots: the base)."""
+class Learner(Actor):
+    """Trains one policy with APPO on the batches its batcher sends; a member of PBT's
+    population when a topology wires its PBT slots."""
 
     component = "learner"
 
@@ -113,13 +114,15 @@ class Learner(PopulationMember):
     slots_released = Signal(SlotsReleased, "a worker's slots were copied (one per worker)")
     weights_updated = Signal(WeightsUpdated, "new weights are published")
     training_stats = Signal(TrainingStats, "losses and health figures of one training step")
+    policy_replaced = Signal(PolicyReplaced, "this learner now trains a copy of another policy")
+
+    training: TrainingState
+    """Policy, optimizer, normalizers and counters (from ``build``)."""
+    population: PopulationMember
+    """This learner's part in PBT (from ``build``)."""
 
     def __init__(self, name: str, params: Any = None, context: ActorContext | None = None) -> None:
         super().__init__(name, params, context)
-        self.version = 1
-        self.train_steps = 0
-        self.samples = 0
-        self.env_frames = 0
         self.skipped_steps = 0
         self.checkpoints: LearnerCheckpoints | None = None
         """The checkpoint schedule; None without a run directory."""
@@ -130,9 +133,8 @@ class Learner(PopulationMember):
         self.peers: Peers | None = None
         self._warn = RateLimitedLog(self.log, 60.0)
         m = self.metrics
-        self._numerics = NumericsGuard(
-            self.params.max_bad_updates, self.params.good_state_every, self.log,
-            m.counter("good_state_restores", "last good states put back after bad updates"))
+        self._m_restores = m.counter("good_state_restores",
+                                     "last good states put back after bad updates")
         self._m_samples = m.counter("samples", "samples (agent steps) trained on")
         self._m_skipped = m.counter("skipped_steps", "steps skipped: non-finite loss or gradient")
         self._m_checkpoint_failures = m.counter("checkpoint_failures",
@@ -158,18 +160,21 @@ class Learner(PopulationMember):
 
     # ----- setup ---------------------------------------------------------------------------
 
-    def build(self) -> None:
-        """Create the policy (train mode), the returns normalizer and Adam; no shared memory."""
-        p, cfg = self.params, self.params.appo
+    def build(self, device: torch.device | str = "cpu") -> None:
+        """Create the training state on ``device``, the PBT role and the numerics guard over
+        it; no shared memory."""
+        p = self.params
         torch.set_num_threads(p.torch_threads)
         keep_freed_memory()
         self.spec = env_spec(p.env, **p.env_kwargs)
-        self.policy: Policy = build_policy(p).train()
-        self.returns_normalizer = ReturnsNormalizer() if cfg.normalize_returns else None
-        # fused: one kernel per parameter instead of a dozen ops (clip + Adam 12 -> 4 ms here)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr, fused=True,
-                                          betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
-        self.rng = torch.Generator().manual_seed(p.seed)
+        self.training = TrainingState(build_policy(p), p.appo, p.seed, device)
+        run_dir = None if self.context is None else self.context.run_dir
+        self.population = PopulationMember(p.policy, self.training, self.config_fingerprint(),
+                                           run_dir, self.log, self.name)
+        self._numerics = NumericsGuard(self.training, p.max_bad_updates, p.good_state_every,
+                                       self.log, self.name, self._m_restores)
+        self.update = AppoUpdate(self.training, self.population, self._numerics,
+                                 self.spec.frameskip)
 
     async def on_start(self) -> None:
         """Build, attach the workers' buffers, resume from a checkpoint, publish, say idle."""
@@ -188,17 +193,19 @@ class Learner(PopulationMember):
             self.checkpoints = LearnerCheckpoints(
                 Path(self.context.run_dir, "checkpoints", f"policy_{p.policy}"), p.policy, p)
             newest = load_newest(self.checkpoints.folder, self.config_fingerprint(),
-                                 log=self.log)
+                                 log=self.log, map_location=self.training.device)
             if newest is not None:
                 self.restore(newest[1])
                 self.log.info("%s: resumed from %s (version %d)", self.name, newest[0],
-                              self.version)
-        restarted = restore_published(self)  # what we published is newer than a checkpoint
-        if restarted:
+                              self.training.version)
+        if restore_published(self.weights, self.training):  # newer than the checkpoint
             self.log.warning("%s: restarted; continues from the weights it published last "
-                             "(version %d)", self.name, self.version)
+                             "(version %d)", self.name, self.training.version)
         else:  # a restarted learner cannot rejoin: its peers ended the group when it died
-            self.peers = await self._in_thread(join_peers, self)
+            audit = None if self.context.run_dir is None else Path(
+                self.context.run_dir, "logs", f"distributed_policy_{p.policy}.jsonl")
+            self.peers = await self._in_thread(join_peers, self.training, p.peer_timeout_s,
+                                               self.log, self.name, audit)
         self._publish()
         self.learner_idle.emit(LearnerIdle(p.policy))
 
@@ -243,7 +250,7 @@ class Learner(PopulationMember):
             # Dropped: a restarted worker already refills one of its slots
             # (components.datapath.slot_stages), or it has only steps of weights a PBT exchange
             # replaced.
-            if self._slot_stages.torn(groups) or self.discards(batch):
+            if self._slot_stages.torn(groups) or self.population.discards(batch):
                 return
             result = await self._in_thread(self.train, batch)
             self._publish()
@@ -251,7 +258,7 @@ class Learner(PopulationMember):
             if to_release:
                 self._release(to_release)
         self._report(result)
-        kinds = self.checkpoints.due(self.env_frames) if self.checkpoints is not None else ()
+        kinds = () if self.checkpoints is None else self.checkpoints.due(self.training.env_frames)
         if kinds:
             try:
                 await self._in_thread(self.save, kinds)
@@ -280,90 +287,9 @@ class Learner(PopulationMember):
         return self._batch, groups
 
     def train(self, batch: Batch) -> dict[str, Any]:
-        """APPO epochs over ``batch`` (the ``copy_batch`` layout); bumps the version. Any thread."""
-        start = time.perf_counter()
-        p, cfg = self.params, self.params.appo
-        self._numerics.before_batch(self)  # keeps a copy of the last good state now and then
-        obs = {k.removeprefix("obs."): v for k, v in batch.items() if k.startswith("obs.")}
-        stats = self.policy.obs_normalizer.stats
-        if p.model.normalize_input:
-            # Once per batch over steps 0..T-1 (step T reappears as step 0 of the next slot).
-            # Images: every 8th step. Per-pixel moments over a whole batch took ~0.5 s, a third
-            # of a training step here, and a running mean needs no 30k frames per batch.
-            for key, rms in stats.items():
-                stride = 1 if obs[key].is_floating_point() else _IMAGE_STAT_STRIDE
-                rms.update(obs[key][:, : p.rollout : stride])
-        # Always through the normalizer, as inference does: without updates its statistics stay
-        # at mean 0, variance 1 (images then come out as x / 255). Images come out in the
-        # encoder's compute dtype, so it has no cast of its own to make.
-        image_dtype = self.policy.model.encoder.compute_dtype(torch.device("cpu"))
-        obs = {k: stats[k].normalize(v, image_dtype) if k in stats else v for k, v in obs.items()}
-        valids = self.valid_steps(batch)  # another policy's steps only feed V-trace
-        data = {"obs": obs, "rnn_states": batch["rnn"], "actions": batch["actions"],
-                "log_probs": batch["log_probs"], "values": batch["values"],
-                "rewards": batch["rewards"] * p.reward_scale, "dones": batch["dones"],
-                "policy_versions": batch["versions"], "valids": valids,
-                "learner_version": self.version}
-        figures: list[dict[str, float]] = []
-        norms: list[float] = []
-        skipped = 0
-        for _ in range(cfg.num_epochs):
-            for index in self._minibatches(len(valids)):
-                loss_figures, grad_norm = self._sgd_step(
-                    data if index is None else _select(data, index))
-                skipped += grad_norm is None
-                self._numerics.after_step(self, grad_norm is not None)  # N bad: last good state
-                figures += [loss_figures] if loss_figures is not None else []
-                norms += [grad_norm] if grad_norm is not None else []
-        lag = (self.version - batch["versions"]).float()
-        samples = int(valids.sum())
-        self.version += 1
-        self.train_steps += 1
-        self.samples += samples
-        self.env_frames += samples * self.spec.frameskip
-        if self.peers is not None:
-            record_batch(self, self.peers, samples)
-        result: dict[str, Any] = {k: _mean([f[k] for f in figures]) for k in _MEAN_STATS}
-        result.update(
-            grad_norm=_mean(norms), skipped=skipped, samples=samples,
-            lag_mean=float(lag[valids].mean()) if samples else 0.0,
-            lag_max=float(lag[valids].max()) if samples else 0.0,
-            trajectory_lags=_row_means(lag, valids), train_seconds=time.perf_counter() - start)
-        return result
-
-    def _minibatches(self, num: int) -> tuple[torch.Tensor | None, ...]:
-        """Trajectory indices of each minibatch of one epoch, shuffled (None: the whole batch)."""
-        parts = self.params.appo.num_batches_per_epoch
-        if parts == 1:
-            return (None,)
-        return torch.randperm(num, generator=self.rng).tensor_split(parts)
-
-    def _sgd_step(self, minibatch: Batch) -> tuple[dict[str, float] | None, float | None]:
-        """One Adam step: (loss figures, grad norm), None where non-finite (the step skipped)."""
-        cfg, rn = self.params.appo, self.returns_normalizer
-        # appo_loss updates the returns statistics; a skipped step must not poison them.
-        saved = None if rn is None else {k: v.clone() for k, v in rn.state_dict().items()}
-        loss, stats = appo_loss(self.policy.model, minibatch, cfg, rn)
-        finite = bool(torch.isfinite(loss))
-        self.optimizer.zero_grad(set_to_none=True)
-        if finite:
-            loss.backward()
-        if self.peers is not None:  # every rank takes every step, so the skip is decided together
-            finite = self.peers.average(finite, int(minibatch["valids"].sum()))
-        if not finite:
-            if rn is not None:
-                rn.load_state_dict(saved)
-            return None, None
-        figures = {name: float(stats[key]) for name, key in _MEAN_STATS.items()}
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.policy.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)
-        if not torch.isfinite(grad_norm):
-            self.optimizer.zero_grad(set_to_none=True)
-            if rn is not None:
-                rn.load_state_dict(saved)
-            return figures, None
-        self.optimizer.step()
-        return figures, float(grad_norm)
+        """APPO epochs over ``batch`` (the ``copy_batch`` layout, on the host); bumps the
+        version. Any thread."""
+        return self.update(batch, self.params, self.peers)
 
     def _release(self, groups: dict[int, list[int]]) -> None:
         self._slot_stages.consume(groups)  # before the release: a restarted worker reclaims them
@@ -371,9 +297,10 @@ class Learner(PopulationMember):
             self.slots_released.emit(SlotsReleased(worker, tuple(slots)), key=worker)
 
     def _publish(self) -> None:
-        self.weights.publish(self.policy.published_tensors(), self.version)
-        self.weights_updated.emit(WeightsUpdated(self.params.policy, self.version))
-        self._m_gauges["version"].set(self.version)
+        version = self.training.version
+        self.weights.publish(self.training.policy.published_tensors(), version)
+        self.weights_updated.emit(WeightsUpdated(self.params.policy, version))
+        self._m_gauges["version"].set(version)
 
     def _report(self, r: dict[str, Any]) -> None:
         if r["skipped"]:
@@ -386,9 +313,10 @@ class Learner(PopulationMember):
         for lag in r["trajectory_lags"]:
             self._m_lag.observe(lag)
         stats = TrainingStats(
-            policy=self.params.policy, version=self.version, env_frames=self.env_frames,
-            lr=float(self.optimizer.param_groups[0]["lr"]),
-            **{k: r[k] for k in (*_MEAN_STATS, "samples", "grad_norm", "lag_mean", "lag_max",
+            policy=self.params.policy, version=self.training.version,
+            env_frames=self.training.env_frames,
+            lr=float(self.training.optimizer.param_groups[0]["lr"]),
+            **{k: r[k] for k in (*MEAN_STATS, "samples", "grad_norm", "lag_mean", "lag_max",
                                  "train_seconds")})
         for key in _GAUGES:
             self._m_gauges[key].set(getattr(stats, key))
@@ -406,49 +334,61 @@ class Learner(PopulationMember):
         return config_fingerprint(self.params.env, self.params.model)
 
     def state(self) -> dict[str, Any]:
-        """Everything a checkpoint holds (live tensors: call between training steps)."""
-        return {
-            "policy": self.policy.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "returns_normalizer": None if self.returns_normalizer is None
-            else self.returns_normalizer.state_dict(),
-            "version": self.version,
-            "env_frames": self.env_frames,
-            "train_steps": self.train_steps,
-            "samples": self.samples,
-            "config": self.config_fingerprint(),
-            "rng": self.rng.get_state(),
-            **self.population_state(),
-        }
+        """Everything a checkpoint holds: the training state (CPU tensors), the configuration's
+        fingerprint and PBT's changes (call between training steps)."""
+        return {**self.training.state_dict(), "config": self.config_fingerprint(),
+                **self.population.state()}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Load a checkpoint's state (from ``load_checkpoint``) into the built learner."""
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.returns_normalizer is not None and state.get("returns_normalizer") is not None:
-            self.returns_normalizer.load_state_dict(state["returns_normalizer"])
-        if state.get("rng") is not None:
-            self.rng.set_state(state["rng"])
-        self.version = int(state["version"])
-        self.env_frames = int(state["env_frames"])
-        self.train_steps = int(state["train_steps"])
-        self.samples = int(state["samples"])
+        self.training.load_state_dict(state)
         if self.checkpoints is not None:
             self.checkpoints.restore(state)
-        self.restore_population(state)
+        self.params = self.population.restore(state, self.params)
 
     def save(self, kinds: tuple[Kind, ...] = ("latest",)) -> Path | None:
         """Write the current state as checkpoints of ``kinds``; returns the first one written
         (None without a run directory)."""
         if self.checkpoints is None:
             return None
-        return self.checkpoints.write(self.state(), self.version, kinds)[0]
+        return self.checkpoints.write(self.state(), self.training.version, kinds)[0]
 
     @slot
     def on_episode_finished(self, msg: EpisodeFinished) -> None:
         """Count an episode of this policy towards the best checkpoint's metric."""
         if self.checkpoints is not None:
             self.checkpoints.on_episode(msg)
+
+    # ----- population-based training (components.pbt.member) -------------------------------
+
+    @slot
+    async def on_hyperparams_changed(self, msg: HyperparamsChanged) -> None:
+        """Apply this policy's new hyperparameters (between training steps)."""
+        if msg.policy == self.params.policy:
+            self.params = self.population.apply_hyperparams(
+                self.params, dict(zip(msg.names, msg.values, strict=True)))
+
+    @slot
+    async def on_replace_policy(self, msg: ReplacePolicy) -> None:
+        """A weight exchange, between training steps: write our snapshot (source) or become
+        a copy of the source's and publish it (target)."""
+        me = self.params.policy
+        if msg.source == msg.policy or me not in (msg.source, msg.policy):
+            return
+        if msg.source == me:
+            await self._in_thread(self.population.write_snapshot, msg, self.state())
+            return
+        copied = await self.population.take_snapshot(msg, self.params.appo,
+                                                     lambda: self._stopping)
+        if copied is not None:
+            self._numerics.forget()  # a later numerics restore must not bring back old weights
+            self._publish()  # inference sees a newer version and reloads at once
+            if self.checkpoints is not None:
+                await self._in_thread(self.save)  # a resume must not undo the exchange
+        self.policy_replaced.emit(PolicyReplaced(me, msg.source, msg.exchange,
+                                                 self.training.version,
+                                                 -1 if copied is None else copied,
+                                                 ok=copied is not None))
 
     async def on_stop(self) -> None:
         """Wait for an in-flight training step or save, then write the final checkpoint."""
@@ -460,23 +400,7 @@ class Learner(PopulationMember):
             await self._in_thread(self.peers.close)
         path = self.save()  # on the loop: nothing else may touch the model now
         if path is not None:
-            self.log.info("%s: final checkpoint %s (version %d)", self.name, path, self.version)
+            self.log.info("%s: final checkpoint %s (version %d)", self.name, path,
+                          self.training.version)
 
 
-def _select(data: Batch, index: torch.Tensor) -> Batch:
-    """The trajectories ``index`` of a training batch (a minibatch; whole trajectories)."""
-    return {key: {k: v.index_select(0, index) for k, v in value.items()} if isinstance(value, dict)
-            else value.index_select(0, index) if isinstance(value, torch.Tensor) else value
-            for key, value in data.items()}
-
-
-def _mean(values: list[float]) -> float:
-    """The mean, or NaN for no values (every step of the batch was skipped)."""
-    return sum(values) / len(values) if values else math.nan
-
-
-def _row_means(lag: torch.Tensor, valids: torch.Tensor) -> list[float]:
-    """Mean lag of each trajectory's valid steps (trajectories with none are left out)."""
-    counts = valids.sum(1)
-    means = (lag * valids).sum(1) / counts.clamp(min=1)
-    return means[counts > 0].tolist()

@@ -29,7 +29,7 @@ from components.datapath.messages import EpisodeFinished, TrainingStats
 from components.datapath.settings import DataPathParams
 from components.envs import make_env
 from components.learning.checkpoint import load_newest, save_checkpoint
-from components.pbt.member import PopulationMember, prune_snapshots
+from components.pbt.member import MemberParams, is_population_member, prune_snapshots
 from components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
 from components.pbt.rules import Decision, PbtRules, Population
 from sfbus import Actor, Signal, Topology, import_actor_class, slot
@@ -39,12 +39,13 @@ _STATE_KEYS = ("hyperparams", "last_update", "frames", "returns", "next_exchange
                "rng", "exchanges", "mutations")
 
 
-def population_learners(topology: Topology, num_policies: int) -> dict[int, Any]:
-    """Each policy's learner parameters; raises unless every policy has exactly one learner."""
-    found: dict[int, list[Any]] = {}
+def population_learners(topology: Topology, num_policies: int) -> dict[int, MemberParams]:
+    """Each policy's learner parameters; raises unless every policy has exactly one learner
+    (an actor that takes weight exchanges: :func:`components.pbt.member.is_population_member`)."""
+    found: dict[int, list[MemberParams]] = {}
     for process in topology.processes:
         for spec in process.actors:
-            if issubclass(import_actor_class(spec.class_path), PopulationMember):
+            if is_population_member(import_actor_class(spec.class_path)):
                 found.setdefault(spec.params.policy, []).append(spec.params)
     wrong = [p for p in range(num_policies) if len(found.get(p, ())) != 1]
     extra = sorted(set(found) - set(range(num_policies)))
@@ -128,8 +129,9 @@ class PopulationTrainer(Actor):
                       self.name, p.num_policies, f"{p.interval:,}", f"{p.start_delay:,}",
                       sorted(initial[0]))
 
-    def _initial(self, learner: Any) -> dict[str, float]:
-        """The policy's starting values of every mutable hyperparameter."""
+    def _initial(self, learner: MemberParams) -> dict[str, float]:
+        """The policy's starting values of every mutable hyperparameter (``learner``: its
+        learner's parameters)."""
         values: dict[str, float] = {}
         shaping = self._env_shaping()
         for pattern in self.params.mutable:

@@ -146,7 +146,7 @@ def random_batch(learner: Learner, seed: int, n: int = 8) -> dict:
             "values": torch.randn(n, T, generator=gen),
             "rewards": torch.rand(n, T, generator=gen),
             "dones": (torch.rand(n, T, generator=gen) < 0.1).to(torch.uint8),
-            "versions": torch.full((n, T), learner.version, dtype=torch.int64),
+            "versions": torch.full((n, T), learner.training.version, dtype=torch.int64),
             "policies": torch.zeros(n, T, dtype=torch.int64)}
 
 
@@ -156,18 +156,19 @@ def outputs(learner: Learner) -> list[torch.Tensor]:
     obs = {"obs": torch.randn(5, T, 4, generator=gen)}
     state0 = torch.randn(5, 16, generator=gen)
     with torch.no_grad():
-        normalized = learner.policy.obs_normalizer({"obs": obs["obs"][:, 0]})
-        step = learner.policy.model.forward_step(normalized, state0, deterministic=True)
-        dist, values = learner.policy.model.forward_sequence(obs, state0, torch.zeros(5, T))
+        normalized = learner.training.policy.obs_normalizer({"obs": obs["obs"][:, 0]})
+        model = learner.training.policy.model
+        step = model.forward_step(normalized, state0, deterministic=True)
+        dist, values = model.forward_sequence(obs, state0, torch.zeros(5, T))
     return [step.action_logits, step.value, step.rnn_state, normalized["obs"], dist.params,
             values]
 
 
 def flat_state(learner: Learner) -> list[torch.Tensor]:
     """Every tensor of the optimizer's and returns normalizer's state, in a fixed order."""
-    opt = learner.optimizer.state_dict()["state"]
+    opt = learner.training.optimizer.state_dict()["state"]
     tensors = [v for i in sorted(opt) for _, v in sorted(opt[i].items())]
-    return tensors + list(learner.returns_normalizer.state_dict().values())
+    return tensors + list(learner.training.returns_normalizer.state_dict().values())
 
 
 def test_resume_is_bit_identical(tmp_path):
@@ -180,17 +181,17 @@ def test_resume_is_bit_identical(tmp_path):
 
     second = make_learner()
     second.restore(load_checkpoint(path, second.config_fingerprint()))
-    assert (second.version, second.train_steps, second.samples, second.env_frames) == (
-        4, 3, 192, 192)
-    first.policy.train(False), second.policy.train(False)
+    t = second.training
+    assert (t.version, t.train_steps, t.samples, t.env_frames) == (4, 3, 192, 192)
+    first.training.policy.train(False), second.training.policy.train(False)
     assert all(torch.equal(a, b) for a, b in zip(outputs(first), outputs(second), strict=True))
     assert all(torch.equal(a, b) for a, b in zip(flat_state(first), flat_state(second),
                                                  strict=True))
-    first.policy.train(), second.policy.train()
+    first.training.policy.train(), second.training.policy.train()
 
     # and both go on identically (same shuffles, same Adam moments, same statistics)
     first.train(random_batch(first, 10))
     second.train(random_batch(second, 10))
-    assert all(torch.equal(a, b) for a, b in zip(first.policy.state_dict().values(),
-                                                 second.policy.state_dict().values(),
+    assert all(torch.equal(a, b) for a, b in zip(first.training.policy.state_dict().values(),
+                                                 second.training.policy.state_dict().values(),
                                                  strict=True))

@@ -221,7 +221,8 @@ async def test_stop_checkpoints_and_run_dir_resumes(tmp_path):
         second, driver = actors["learner"], actors["driver"]
         await until(lambda: driver.versions == [2])
         assert second.weights.version == 2 and torch.equal(published(second), final)
-        assert (second.train_steps, second.samples, second.env_frames) == (1, 64, 64)
+        t = second.training
+        assert (t.train_steps, t.samples, t.env_frames) == (1, 64, 64)
         driver.batch_ready.emit(BATCH)
         await until(lambda: driver.versions == [2, 3])
 
@@ -301,15 +302,15 @@ def bandit_batch(learner: Learner, gen: torch.Generator, n: int = 8) -> dict:
     obs = torch.randn(n, T + 1, 4, generator=gen)
     dones = torch.ones(n, T, dtype=torch.uint8)
     with torch.no_grad():
-        dist, values = learner.policy.model.forward_sequence({"obs": obs[:, :T]},
-                                                             torch.zeros(n, 0), dones)
+        dist, values = learner.training.policy.model.forward_sequence(
+            {"obs": obs[:, :T]}, torch.zeros(n, 0), dones)
         torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
         actions = dist.sample()
         log_probs = dist.log_prob(actions)
     rewards = (actions[..., 0] == (obs[:, :T, 0] > 0).long()).float()
     return {"obs.obs": obs, "rnn": torch.zeros(n, 0), "actions": actions,
             "log_probs": log_probs, "values": values, "rewards": rewards, "dones": dones,
-            "versions": torch.full((n, T), learner.version, dtype=torch.int64),
+            "versions": torch.full((n, T), learner.training.version, dtype=torch.int64),
             "policies": torch.zeros(n, T, dtype=torch.int64)}
 
 
@@ -317,8 +318,8 @@ def rewarded_log_prob(learner: Learner) -> float:
     """Mean log-probability of the rewarded action on fixed observations."""
     obs = torch.randn(256, 1, 4, generator=torch.Generator().manual_seed(123))
     with torch.no_grad():
-        dist, _ = learner.policy.model.forward_sequence({"obs": obs}, torch.zeros(256, 0),
-                                                        torch.zeros(256, 1))
+        dist, _ = learner.training.policy.model.forward_sequence(
+            {"obs": obs}, torch.zeros(256, 0), torch.zeros(256, 1))
     best = (obs[..., 0] > 0).long().unsqueeze(-1)
     return float(dist.log_prob(best).mean())
 
@@ -333,20 +334,21 @@ def test_training_raises_log_prob_of_rewarded_actions():
         assert result["skipped"] == 0
     end = rewarded_log_prob(learner)
     assert end > math.log(0.85), (start, end)
-    assert learner.version == 301 and learner.train_steps == 300
+    assert learner.training.version == 301 and learner.training.train_steps == 300
 
 
 def test_non_finite_loss_skips_the_step():
     learner = bandit_learner()
     batch = bandit_batch(learner, torch.Generator().manual_seed(0))
     batch["rewards"][0, 0] = math.nan
-    weights = [p.detach().clone() for p in learner.policy.parameters()]
-    normalizer = learner.returns_normalizer.state_dict()
+    weights = [p.detach().clone() for p in learner.training.policy.parameters()]
+    normalizer = learner.training.returns_normalizer.state_dict()
     normalizer = {k: v.clone() for k, v in normalizer.items()}
     result = learner.train(batch)
     assert result["skipped"] == 1 and math.isnan(result["grad_norm"])
-    assert all(torch.equal(a, b) for a, b in zip(weights, learner.policy.parameters(), strict=True))
-    assert all(torch.equal(v, learner.returns_normalizer.state_dict()[k])
+    assert all(torch.equal(a, b)
+               for a, b in zip(weights, learner.training.policy.parameters(), strict=True))
+    assert all(torch.equal(v, learner.training.returns_normalizer.state_dict()[k])
                for k, v in normalizer.items())
 
 
@@ -356,8 +358,8 @@ def test_reward_scale_scales_the_value_targets():
         learner = bandit_learner(normalize_returns=False)
         learner.params = replace(learner.params, reward_scale=scale)
         with torch.no_grad():  # V = 0, so the value loss is the mean squared target
-            learner.policy.model.critic.weight.zero_()
-            learner.policy.model.critic.bias.zero_()
+            learner.training.policy.model.critic.weight.zero_()
+            learner.training.policy.model.critic.bias.zero_()
         batch = bandit_batch(learner, torch.Generator().manual_seed(0))
         rewards = batch["rewards"].clone()
         losses.append(learner.train(batch)["value_loss"])

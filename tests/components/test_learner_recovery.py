@@ -23,7 +23,7 @@ from tests.kernel.conftest import hosted
 
 def weights(learner) -> list[torch.Tensor]:
     """A copy of the learner's parameters."""
-    return [p.detach().clone() for p in learner.policy.parameters()]
+    return [p.detach().clone() for p in learner.training.policy.parameters()]
 
 
 def test_bad_updates_in_a_row_restore_the_last_good_state(caplog) -> None:
@@ -39,7 +39,7 @@ def test_bad_updates_in_a_row_restore_the_last_good_state(caplog) -> None:
     # last good state (the weights before the second batch).
     batches = [bandit_batch(learner, gen) for _ in range(5)]  # acted by a healthy policy
     with torch.no_grad():
-        next(learner.policy.parameters()).view(-1)[0] = math.nan
+        next(learner.training.policy.parameters()).view(-1)[0] = math.nan
     with caplog.at_level(logging.WARNING):
         for i, batch in enumerate(batches):
             result = learner.train(batch)
@@ -80,11 +80,12 @@ async def test_restarted_learner_continues_from_its_published_weights(torn: bool
         learner = (await restart(actors, "learn"))["learner"]
         await until(lambda: driver.idle == 4)
         if torn:
-            assert learner.version == 4 and learner.weights.version == 4
+            assert learner.training.version == 4 and learner.weights.version == 4
         else:
-            assert learner.version == 3 and torch.equal(published(learner), final)
+            assert learner.training.version == 3 and torch.equal(published(learner), final)
             assert all(torch.equal(a, b) for a, b in zip(
-                learner.policy.published_tensors(), _split(final, learner), strict=True))
+                learner.training.policy.published_tensors(), _split(final, learner),
+                strict=True))
         driver.batch_ready.emit(BATCH)
         await until(lambda: driver.idle == 5)
         assert learner.weights.version == (5 if torn else 4)
@@ -92,7 +93,7 @@ async def test_restarted_learner_continues_from_its_published_weights(torn: bool
 
 def _split(flat: torch.Tensor, learner) -> list[torch.Tensor]:
     out, offset = [], 0
-    for t in learner.policy.published_tensors():
+    for t in learner.training.policy.published_tensors():
         out.append(flat[offset:offset + t.numel()].view_as(t))
         offset += t.numel()
     return out
@@ -104,5 +105,5 @@ def test_a_fresh_run_does_not_take_unpublished_weights() -> None:
     class _Weights:
         counter = torch.zeros(1, dtype=torch.int64).numpy()
 
-    learner.weights = _Weights()
-    assert not restore_published(learner) and learner.version == 1
+    assert not restore_published(_Weights(), learner.training)
+    assert learner.training.version == 1

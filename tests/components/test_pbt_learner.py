@@ -86,7 +86,7 @@ async def test_exchange_copies_the_whole_training_state(tmp_path) -> None:
         await until(lambda: sorted(driver.idle) == [0, 1])
         driver.batch_ready.emit(BATCH)  # the source trains once: now it differs from the target
         await until(lambda: driver.idle.count(0) == 2)
-        assert source.version == 2 and target.version == 1
+        assert source.training.version == 2 and target.training.version == 1
         assert not torch.equal(source.weights.weights, target.weights.weights)
 
         driver.replace_policy.emit(ReplacePolicy(policy=1, source=0, exchange=7))
@@ -94,13 +94,11 @@ async def test_exchange_copies_the_whole_training_state(tmp_path) -> None:
         done, = driver.replaced
         assert (done.policy, done.source, done.exchange, done.ok) == (1, 0, 7, True)
         assert done.source_version == 2 and done.version == 2  # the target's own counter + 1
-        assert target.version == target.min_version == 2 and source.version == 2
+        assert target.training.version == target.population.min_version == 2
+        assert source.training.version == 2
         assert torch.equal(target.weights.weights, source.weights.weights)  # what inference reads
         assert WeightsUpdated(1, 2) in driver.updates
-        assert same_state(target.policy.state_dict(), source.policy.state_dict())
-        assert same_state(target.optimizer.state_dict(), source.optimizer.state_dict())
-        assert same_state(target.returns_normalizer.state_dict(),
-                          source.returns_normalizer.state_dict())
+        assert same_state(target.training.learned_state(), source.training.learned_state())
         # the target checkpointed the copy; the snapshot is kept for inspection
         saved = load_checkpoint(latest_checkpoint(tmp_path / "checkpoints" / "policy_1"))
         assert saved["version"] == 2 and saved["min_version"] == 2
@@ -112,8 +110,8 @@ async def test_exchange_copies_the_whole_training_state(tmp_path) -> None:
             (0.95, 0.01, 5e-4, -1.0)))
         await until(lambda: target.params.appo.lr == 5e-4)
         assert target.params.appo.entropy_coeff == 0.01
-        assert target.optimizer.param_groups[0]["lr"] == 5e-4
-        assert target.optimizer.param_groups[0]["betas"] == (0.95, APPO.adam_beta2)
+        assert target.training.optimizer.param_groups[0]["lr"] == 5e-4
+        assert target.training.optimizer.param_groups[0]["betas"] == (0.95, APPO.adam_beta2)
         assert source.params.appo.lr == APPO.lr  # another policy's change
         assert target.state()["hyperparams"] == {"appo.adam_beta1": 0.95,
                                                  "appo.entropy_coeff": 0.01, "appo.lr": 5e-4,
@@ -124,20 +122,22 @@ def test_steps_of_replaced_weights_are_not_trained_on() -> None:
     learner = bandit_learner()
     batch = bandit_batch(learner, torch.Generator().manual_seed(0))
     batch["policies"][0] = 1  # another policy's trajectory: masked, as before
-    assert learner.valid_steps(batch).sum() == 7 * batch["versions"].shape[1]
-    learner.min_version = learner.version + 1  # an exchange published a newer version
-    assert learner.discards(batch)
-    batch["versions"][2:4] = learner.min_version
-    assert learner.valid_steps(batch).sum() == 2 * batch["versions"].shape[1]
-    assert not learner.discards(batch)
+    assert learner.population.valid_steps(batch).sum() == 7 * batch["versions"].shape[1]
+    learner.population.min_version = learner.training.version + 1  # an exchange published it
+    assert learner.population.discards(batch)
+    batch["versions"][2:4] = learner.population.min_version
+    assert learner.population.valid_steps(batch).sum() == 2 * batch["versions"].shape[1]
+    assert not learner.population.discards(batch)
 
 
 def test_hyperparameters_survive_a_checkpoint() -> None:
     learner = bandit_learner()
-    learner.apply_hyperparams({"appo.lr": 2e-3, "reward_scale": 0.5})
-    learner.min_version = 4
+    learner.params = learner.population.apply_hyperparams(
+        learner.params, {"appo.lr": 2e-3, "reward_scale": 0.5})
+    learner.population.min_version = 4
     state = learner.state()
     resumed = bandit_learner()
     resumed.restore(state)
     assert resumed.params.appo.lr == 2e-3 and resumed.params.reward_scale == 0.5
-    assert resumed.optimizer.param_groups[0]["lr"] == 2e-3 and resumed.min_version == 4
+    assert resumed.training.optimizer.param_groups[0]["lr"] == 2e-3
+    assert resumed.population.min_version == 4
