@@ -52,10 +52,11 @@ from components.envs import env_spec
 from components.learning.appo_update import MEAN_STATS, AppoUpdate, Batch
 from components.learning.checkpoint import config_fingerprint, load_newest
 from components.learning.checkpoint_schedule import Kind, LearnerCheckpoints
-from components.learning.distributed import Peers, check_supported, join_peers
+from components.learning.distributed import Peers, check_supported, group_from_env, join_peers
 from components.learning.faults import NumericsGuard, restore_published
 from components.learning.heap import keep_freed_memory
 from components.learning.training_state import TrainingState
+from components.models.device import check_device, describe_device, resolve_device
 from components.models.policy import build_policy, published_size
 from components.pbt.member import PopulationMember
 from components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
@@ -109,6 +110,14 @@ class Learner(Actor):
         """Batches in a row whose training raised after which the learner's process gives up
         (exit 1: restarted by the supervisor); a failing periodic checkpoint is only reported
         and retried at the next interval."""
+        device: str = "auto"
+        """``auto`` (a GPU when one is visible), ``cpu``, ``cuda`` or ``cuda:N``; without an
+        index, policy ``i`` (plus the rank's local rank under torchrun) trains on GPU
+        ``i mod n`` (:mod:`components.models.device`)."""
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            check_device(self.device)
 
     learner_idle = Signal(LearnerIdle, "ready for the next batch")
     slots_released = Signal(SlotsReleased, "a worker's slots were copied (one per worker)")
@@ -180,7 +189,10 @@ class Learner(Actor):
         """Build, attach the workers' buffers, resume from a checkpoint, publish, say idle."""
         assert self.context is not None
         p = self.params
-        self.build()
+        group = group_from_env()
+        self.build(resolve_device(p.device, p.policy + (group.local_rank if group else 0)))
+        self.log.info("%s: policy %d trains on %s", self.name, p.policy,
+                      describe_device(self.training.device))
         topology = self.context.table.topology
         layout = trajectory_layout(p, topology)
         workers = [TrajectoryBuffer(self.context, w, layout)
@@ -275,7 +287,9 @@ class Learner(Actor):
         if self._batch is None or len(self._batch["rewards"]) != n:
             # Reused across batches: the mailbox runs one batch at a time, and training reads it
             # only until the next copy starts.
-            self._batch = {k: torch.empty((n, *v.shape), dtype=v.dtype)
+            # Pinned for a GPU: the upload (TrainingState.to_device) then runs asynchronously.
+            pin = self.training.device.type == "cuda"
+            self._batch = {k: torch.empty((n, *v.shape), dtype=v.dtype, pin_memory=pin)
                            for k, v in self._sources[0].items()}
         offset = 0
         for worker, slots in groups.items():

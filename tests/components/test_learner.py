@@ -28,6 +28,7 @@ from components.learning.learner import Learner
 from components.models import ModelConfig
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from tests.devices import DEVICES
 from tests.kernel.conftest import hosted
 
 T = 8
@@ -145,10 +146,12 @@ def published(learner: Learner) -> torch.Tensor:
     return learner.weights.weights.clone()
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("transport", ["inproc", "ipc"])
-async def test_async_releases_before_training_and_publishes(transport):
-    async with hosted(learner_topology("async"), transport) as actors:
+async def test_async_releases_before_training_and_publishes(transport, device):
+    async with hosted(learner_topology("async", {"device": device}), transport) as actors:
         learner, driver = actors["learner"], actors["driver"]
+        assert learner.training.device.type == device
         workers = [actors["rollout.0"], actors["rollout.1"]]
         await until(lambda: driver.idle == 1 and driver.versions == [1])
         assert learner.weights.version == 1
@@ -284,13 +287,13 @@ async def test_mismatched_model_refuses_to_resume(tmp_path):
 
 # ----- the training step on its own (no shared memory) ---------------------------------------
 
-def bandit_learner(**appo: object) -> Learner:
+def bandit_learner(device: str = "cpu", **appo: object) -> Learner:
     """A learner on CartPole's shapes with no core, raw inputs, and a fast learning rate."""
     params = Learner.Params(**{**SETTINGS, "model": ModelConfig(
         core="none", mlp_layers=(16,), normalize_input=False)},
         appo=replace(APPO, lr=3e-3, **appo), seed=1)
     learner = Learner("learner", params)
-    learner.build()
+    learner.build(torch.device(device))
     return learner
 
 
@@ -301,12 +304,14 @@ def bandit_batch(learner: Learner, gen: torch.Generator, n: int = 8) -> dict:
     """
     obs = torch.randn(n, T + 1, 4, generator=gen)
     dones = torch.ones(n, T, dtype=torch.uint8)
+    device = learner.training.device
     with torch.no_grad():
         dist, values = learner.training.policy.model.forward_sequence(
-            {"obs": obs[:, :T]}, torch.zeros(n, 0), dones)
+            {"obs": obs[:, :T].to(device)}, torch.zeros(n, 0, device=device), dones.to(device))
         torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
         actions = dist.sample()
         log_probs = dist.log_prob(actions)
+    actions, log_probs, values = actions.cpu(), log_probs.cpu(), values.cpu()  # as in a batch
     rewards = (actions[..., 0] == (obs[:, :T, 0] > 0).long()).float()
     return {"obs.obs": obs, "rnn": torch.zeros(n, 0), "actions": actions,
             "log_probs": log_probs, "values": values, "rewards": rewards, "dones": dones,
@@ -316,16 +321,18 @@ def bandit_batch(learner: Learner, gen: torch.Generator, n: int = 8) -> dict:
 
 def rewarded_log_prob(learner: Learner) -> float:
     """Mean log-probability of the rewarded action on fixed observations."""
-    obs = torch.randn(256, 1, 4, generator=torch.Generator().manual_seed(123))
+    device = learner.training.device
+    obs = torch.randn(256, 1, 4, generator=torch.Generator().manual_seed(123)).to(device)
     with torch.no_grad():
         dist, _ = learner.training.policy.model.forward_sequence(
-            {"obs": obs}, torch.zeros(256, 0), torch.zeros(256, 1))
+            {"obs": obs}, torch.zeros(256, 0, device=device), torch.zeros(256, 1, device=device))
     best = (obs[..., 0] > 0).long().unsqueeze(-1)
     return float(dist.log_prob(best).mean())
 
 
-def test_training_raises_log_prob_of_rewarded_actions():
-    learner = bandit_learner(num_batches_per_epoch=2)
+@pytest.mark.parametrize("device", DEVICES)
+def test_training_raises_log_prob_of_rewarded_actions(device):
+    learner = bandit_learner(device, num_batches_per_epoch=2)
     gen = torch.Generator().manual_seed(0)
     start = rewarded_log_prob(learner)
     assert start < math.log(0.7)  # the fresh policy does not already prefer the rewarded action
