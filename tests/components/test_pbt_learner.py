@@ -8,7 +8,7 @@ from components.datapath.messages import BatchReady, LearnerIdle, WeightsUpdated
 from components.datapath.settings import DataPathParams
 from components.learning.checkpoint import latest_checkpoint, load_checkpoint
 from components.learning.learner import Learner
-from components.pbt.member import snapshot_dir
+from components.pbt.member import is_population_member, snapshot_dir
 from components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
@@ -141,3 +141,9 @@ def test_hyperparameters_survive_a_checkpoint() -> None:
     assert resumed.params.appo.lr == 2e-3 and resumed.params.reward_scale == 0.5
     assert resumed.training.optimizer.param_groups[0]["lr"] == 2e-3
     assert resumed.population.min_version == 4
+
+
+def test_pbt_finds_its_members_by_their_exchange_slot() -> None:
+    assert is_population_member(Learner)
+    assert not is_population_member(PbtDriver)  # sends exchanges, takes none
+    assert not is_population_member(int)
