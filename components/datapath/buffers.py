@@ -231,6 +231,10 @@ def flat_size(tensors: Iterable[torch.Tensor]) -> int:
     return sum(t.numel() for t in tensors)
 
 
+_PAGE_LOCKED: set[int] = set()
+"""Addresses of weights vectors this process registered with CUDA (registering twice fails)."""
+
+
 class PolicyWeights:
     """The published weights of one policy: the learner writes, inference workers read."""
 
@@ -246,11 +250,20 @@ class PolicyWeights:
         that a GPU copies to and from it in one DMA at full speed: measured on an H100, a
         version costs the learner ~10 ms and an inference worker ~7 ms through pageable memory
         (``python -m bench.gpu_weights``). False where that is not possible."""
-        if not self.page_locked and torch.cuda.is_available():
-            code = torch.cuda.cudart().cudaHostRegister(
-                self.weights.data_ptr(), self.weights.numel() * self.weights.element_size(), 0)
-            self.page_locked = int(getattr(code, "value", code)) == 0
-        return self.page_locked
+        if self.page_locked or not torch.cuda.is_available():
+            return self.page_locked
+        address = self.weights.data_ptr()
+        if address not in _PAGE_LOCKED:  # an actor beside us in this process registered it
+            cudart = torch.cuda.cudart()
+            code = cudart.cudaHostRegister(
+                address, self.weights.numel() * self.weights.element_size(), 0)
+            if int(getattr(code, "value", code)) != 0:
+                # The runtime keeps the error for the next kernel launch to report: clear it.
+                getattr(cudart, "cudaGetLastError", lambda: None)()
+                return False
+            _PAGE_LOCKED.add(address)
+        self.page_locked = True
+        return True
 
     @property
     def version(self) -> int:
