@@ -130,7 +130,7 @@ def make_learner() -> Learner:
         env="gym:CartPole-v1", rollout=T, num_envs=4, batch_size=64,
         model=ModelConfig(core="gru", core_size=16, mlp_layers=(16,)),
         appo=AppoConfig(lr=1e-3, num_batches_per_epoch=2, num_epochs=2),
-        reward_scale=0.1, seed=3)
+        reward_scale=0.1, seed=3, device="cpu")
     learner = Learner("learner", params)
     learner.build()
     return learner

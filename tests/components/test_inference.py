@@ -103,10 +103,11 @@ class FakeLearner(Actor):
 
 @asynccontextmanager
 async def run(params: DataPathParams = PARAMS, learner: bool = True, transport: str = "inproc",
-              **inference: Any) -> AsyncIterator[dict]:
-    """Two stand-in rollout workers, an inference worker and maybe a learner."""
+              device: str = "cpu", **inference: Any) -> AsyncIterator[dict]:
+    """Two stand-in rollout workers, an inference worker (on ``device``: tests that do not
+    name one check the CPU's exact arithmetic) and maybe a learner."""
     shared = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
-    iparams = InferenceWorker.Params(**shared, **inference)
+    iparams = InferenceWorker.Params(**shared, device=device, **inference)
     processes = [
         ProcessSpec("rollout", (ActorSpec("rollout", f"{HERE}:FakeRollout", params),), 2),
         ProcessSpec("inference", (ActorSpec("inference",
@@ -198,9 +199,10 @@ async def test_outputs_land_in_the_requested_rows(deterministic: bool, transport
         await rollout.wait(1)
         assert rollout.answers == [ActionsReady(1, 1)]
         assert actors["rollout.0"].answers == []  # routed by key to the worker that asked
-        # On a GPU the float32 kernels differ from the CPU's recomputation in the last digits.
+        # On a GPU the float32 kernels differ from the CPU's recomputation (3e-4 seen on an
+        # H100 for log-probabilities of a few units).
         check_rows(rollout, ROWS, as_served(actors), 1, deterministic,
-                   tolerance=None if device == "cpu" else 1e-4)
+                   tolerance=None if device == "cpu" else 1e-3)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -216,7 +218,7 @@ async def test_new_weights_are_used_from_the_next_batch(device: str) -> None:
         rollout.request(0, ROWS, seed=5)  # the very same inputs
         await rollout.wait(2)
         check_rows(rollout, ROWS, as_served(actors), 2, deterministic=True,
-                   tolerance=None if device == "cpu" else 1e-4)
+                   tolerance=None if device == "cpu" else 1e-3)
         assert not np.array_equal(first, rollout.buffer.numpy["actions"])
         # Announced: refreshed on the signal, before any request.
         learner.publish(trained_policy(3), 3, announce=True)
@@ -333,7 +335,7 @@ async def test_replicas_beside_their_rollout_workers_sample_their_own_actions() 
     # same weights (a uniform policy) and the same observations, the two must not act alike:
     # each samples from its own stream.
     iparams = InferenceWorker.Params(**{f.name: getattr(PARAMS, f.name)
-                                        for f in dataclasses.fields(PARAMS)})
+                                        for f in dataclasses.fields(PARAMS)}, device="cpu")
     processes = (
         ProcessSpec("rollout", (ActorSpec("rollout", f"{HERE}:FakeRollout", PARAMS),
                                 ActorSpec("inference",

@@ -114,7 +114,7 @@ def learner_topology(mode: str = "async", learner: dict | None = None,
     like the real data path."""
     settings = {**SETTINGS, **settings, "mode": mode}
     data = DataPathParams(**settings)
-    params = Learner.Params(**settings, appo=APPO, **(learner or {}))
+    params = Learner.Params(**settings, appo=APPO, **{"device": "cpu", **(learner or {})})
     path = "tests.components.test_learner"
     return Topology("learner", "<test>", (
         ProcessSpec("rollout", (ActorSpec("rollout", f"{path}:FakeRollout", data),), replicas=2),

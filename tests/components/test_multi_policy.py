@@ -78,7 +78,7 @@ def topology(env: str = "gym:CartPole-v1", **overrides: Any) -> Topology:
                 "components.sampling.rollout_worker:RolloutWorker",
                                           params),)),
         ProcessSpec("infer", (ActorSpec("inference", f"{here}:MarkedInference",
-                                        InferenceWorker.Params(**data)),)),
+                                        InferenceWorker.Params(**data, device="cpu")),)),
         ProcessSpec("collect", (ActorSpec("collector", f"{rollout_tests}:StandInCollector",
                                           None),
                                 ActorSpec("pbt", f"{here}:FakePbt", None))),
