@@ -17,8 +17,9 @@ split sends one request per policy acting in it, and a slot goes to the policy t
 of its steps (see :mod:`components.sampling.policy_mapping`). PBT's reward-shaping coefficients
 arrive as ``HyperparamsChanged`` and are applied to the envs whose agents act with that policy.
 
-What the worker does when it, an inference worker or a batcher restarts, or when an env breaks,
-is in :mod:`components.sampling.rollout_faults`. With ``sampling: batched`` every split fills one
+What the worker does when it, an inference worker or a batcher restarts is in the object it owns
+from :mod:`components.sampling.rollout_faults`; its envs, their faults included, in the one from
+:mod:`components.sampling.worker_envs`. With ``sampling: batched`` every split fills one
 contiguous block of slots, names it in its requests, and steps its envs as one vector straight
 into the block's contiguous rows (see :mod:`components.sampling.batched_layout`).
 """
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,54 +41,19 @@ from components.datapath.messages import (
     SlotsReleased,
     TrajectoryReady,
 )
-from components.datapath.settings import DataPathParams
-from components.envs import EnvError, MultiAgentEnv
+from components.datapath.slot_stages import BatcherStarted
+from components.envs import EnvError
 from components.envs.vector import VectorEnvs
 from components.pbt.messages import HyperparamsChanged
 from components.sampling.batched_layout import BlockSlots
 from components.sampling.policy_mapping import AgentPolicies, load_mapping
-from components.sampling.rollout_faults import WorkerFaults, env_seed
+from components.sampling.rollout_faults import RolloutFaults
+from components.sampling.rollout_params import RolloutParams
+from components.sampling.worker_envs import WorkerEnvs
 from sfbus import Actor, ArraySpec, RateLimitedLog, Signal, Topology, slot
 
 
-@dataclass(frozen=True)
-class RolloutParams(DataPathParams):
-    """Parameters of a rollout worker: the data-path settings plus its own."""
-
-    policy: int = 0
-    """The policy every agent of this worker acts with when ``num_policies`` is 1."""
-    policy_mapping: str = "components.sampling.policy_mapping:RandomMapping"
-    """With ``num_policies`` > 1: the class (``module:Class``) choosing each agent's policy at
-    its episode starts (see :mod:`components.sampling.policy_mapping`)."""
-    progress_interval_s: float = 1.0
-    """Seconds between ``rollout_progress`` reports to the stats actor."""
-    inference_timeout_s: float = 3.0
-    """A split whose actions did not come within this many seconds (up to twice as many) sends
-    its request again: the inference worker may have died with it."""
-    env_step_timeout_s: float = 10.0
-    """An env step running longer is aborted and the env recreated (0: no watchdog); keep it
-    under the run's ``heartbeat_timeout_s``."""
-    env_recreate_attempts: int = 5
-    """Tries to recreate a failed env (backing off 0.1, 0.2, 0.4 ... s) before the worker's
-    process gives up (exit 1: the supervisor restarts it)."""
-    max_env_failures_per_minute: int = 60
-    """More env failures than this within a minute end the worker's process (exit 1): envs that
-    keep failing are not sampled around forever."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("env_recreate_attempts", "max_env_failures_per_minute"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("progress_interval_s", "inference_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.env_step_timeout_s < 0:
-            raise ValueError(f"env_step_timeout_s must be >= 0, got {self.env_step_timeout_s}")
-
-
-
-class RolloutWorker(WorkerFaults, Actor):
+class RolloutWorker(Actor):
     """Steps ``num_envs`` envs in ``num_splits`` splits with actions from the inference workers."""
 
     component = "rollout"
@@ -135,7 +100,6 @@ class RolloutWorker(WorkerFaults, Actor):
             mapping = load_mapping(p.policy_mapping, p.num_policies, self.worker, p.seed)
             self.population = AgentPolicies(mapping, p.num_policies, p.num_envs, na, p.num_splits)
             self.agent_policy = self.population.policy
-        self._shaping: dict[int, dict[str, float]] = {}  # PBT's reward shaping per policy
         # Current slot of every agent row (while its split is paused: the slot it just filled).
         self.row_slots = np.zeros(agents, np.int64)  # taken split by split below
         self.t = [0] * p.num_splits  # the step every row of a split is at
@@ -145,27 +109,24 @@ class RolloutWorker(WorkerFaults, Actor):
         self.frames_since_report = 0
 
         self._prepare_staging()
-        self._start_faults()  # reclaims what a previous incarnation of this worker left taken
-        # A restarted worker seeds its envs afresh rather than replaying its first episodes.
-        self._incarnations = [self.restart_salt] * p.num_envs
-        self.env_failures = 0  # envs recreated after an EnvError
-        self.envs: list[MultiAgentEnv] = []
-        for e in range(p.num_envs):
-            env = self._new_env()
-            self.envs.append(env)
-            # Reset into the carry: every split starts like one resuming from a pause, so that a
-            # restarted worker waits for slots the batcher still holds instead of failing.
-            s, i = divmod(e, self.envs_per_split)
-            env.reset_into({k: v[i * na:(i + 1) * na] for k, v in self._carry_obs[s].items()},
-                           seed=env_seed(p.seed, self.worker, e, self._incarnations[e]))
+        # Reclaims what a previous incarnation of this worker left taken.
+        self.faults = RolloutFaults(self.context, self.name, self.pool, p.num_splits, self.log)
+        self.envs = WorkerEnvs(p, self.name, self.worker, self.faults.restart_salt, na,
+                               self.agent_policy, self.log, self.fail_process)
+        # Reset into the carry: every split starts like one resuming from a pause, so that a
+        # restarted worker waits for slots the batcher still holds instead of failing.
+        self.envs.create([{k: v[i * na:(i + 1) * na] for k, v in self._carry_obs[s].items()}
+                          for s in range(p.num_splits) for i in range(self.envs_per_split)])
         # Batched: each split's envs step as one vector into the split's contiguous rows.
-        self.vectors = ([VectorEnvs(self.envs, s * self.envs_per_split, self.envs_per_split, na,
-                                    self._recreate) for s in range(p.num_splits)]
+        self.vectors = ([VectorEnvs(self.envs.envs, s * self.envs_per_split,
+                                    self.envs_per_split, na, self.envs.recreate)
+                         for s in range(p.num_splits)]
                         if self.blocks is not None else [])
         self.paused.extend(range(p.num_splits))
         self._resume_paused()  # takes each split's slots and requests its actions
         self._m_free.set(self.pool.free)
         self.every(p.progress_interval_s, self._report_progress)
+        self.every(p.inference_timeout_s, self._check_faults)
 
     def _prepare_staging(self) -> None:
         """Bind the buffer's fields, preallocate per-split staging arrays, declare metrics."""
@@ -196,23 +157,23 @@ class RolloutWorker(WorkerFaults, Actor):
         self._m_episodes = self.metrics.counter("episodes", "Episodes finished by agents")
         self._m_failures = self.metrics.counter("env_failures",
                                                 "Envs recreated after an EnvError")
+        self._failures_reported = 0
         self._m_free = self.metrics.gauge("free_slots", "Free trajectory slots in the pool")
 
     async def on_stop(self) -> None:
-        """Log the slot audit, stop the env watchdog, close every env."""
-        self._stop_faults()
-        for env in getattr(self, "envs", ()):
-            try:
-                env.close()
-            except Exception:  # an env that broke while closing must not keep the rest open
-                self.log.exception("closing an env failed")
+        """Log the slot audit, close every env and stop their watchdog."""
+        if hasattr(self, "envs"):
+            rps = self.rows_per_split
+            self.faults.audit([self.row_slots[s * rps:(s + 1) * rps] for s in range(len(self.t))
+                               if s not in self.paused])
+            self.envs.close()
 
     @slot
     def on_actions_ready(self, msg: ActionsReady) -> None:
         """Step the split whose actions the inference worker wrote, then request its next ones."""
         s = msg.split
         if (msg.worker != self.worker or not 0 <= s < len(self.t) or not self.awaiting[s]
-                or self._stale_answer(s, msg.seq)):  # stale: answers a request sent again since
+                or self.faults.stale(s, msg.seq)):  # stale: answers a request sent again since
             self._rl_log.warning("stray-actions", "%s: ignored unexpected %r (worker %d)",
                                  self.name, msg, self.worker)
             return
@@ -227,11 +188,16 @@ class RolloutWorker(WorkerFaults, Actor):
             self._rl_log.warning("stray-release", "%s: ignored %r (worker %d)", self.name, msg,
                                  self.worker)
             return
-        if self.stages.release(msg.slots):  # stale: slots it took back after a restart
+        if self.faults.stages.release(msg.slots):  # stale: slots it took back after a restart
             self._rl_log.warning("stale-release", "%s: ignored a release of slots it no longer "
                                  "has downstream: %s", self.name, msg.slots)
-        self._resume_paused()
-        self._m_free.set(self.pool.free)
+        self._slots_back()
+
+    @slot
+    def on_batcher_started(self, msg: BatcherStarted) -> None:
+        """A batcher (re)started: take back the slots an older one held."""
+        if self.faults.batcher_started(msg.policy, msg.epoch):
+            self._slots_back()
 
     # ----- the hot path ----------------------------------------------------------------------
 
@@ -255,13 +221,13 @@ class RolloutWorker(WorkerFaults, Actor):
             any_done = False
             slots = slots_view.tolist()
             e0 = s * self.envs_per_split
-            for i, env in enumerate(self.envs[e0:e0 + self.envs_per_split]):
+            for i, env in enumerate(self.envs.envs[e0:e0 + self.envs_per_split]):
                 e, a = e0 + i, i * na
                 out = self._obs_out(e, slots, a, t1)
                 try:
                     r, term, trunc, infos = env.step_into(actions[a:a + na], out)
                 except EnvError as error:
-                    self._recreate(e, out, error)
+                    self.envs.recreate(e, out, error)
                     r, term, trunc, infos = self._failed_step
                 if na == 1:  # scalar writes beat slice writes for the common single-agent env
                     rewards[a] = r[0]
@@ -283,7 +249,7 @@ class RolloutWorker(WorkerFaults, Actor):
             if self.population.ended:
                 for row in self.population.switch():
                     if row % na == 0:
-                        self._apply_shaping(row // na)
+                        self.envs.apply_shaping(row // na)
         if any_done:
             # forward_step never resets state: a new episode starts from zeros, overwriting the
             # state the inference worker already wrote at t+1.
@@ -340,7 +306,7 @@ class RolloutWorker(WorkerFaults, Actor):
         """Write split ``s``'s (slot, t) rows to the request table and emit its request(s)."""
         rps = self.rows_per_split
         rows = self.buffer.requests[s]
-        seq = self._next_seq(s)
+        seq = self.faults.next_seq(s)
         if self.blocks is not None:  # one contiguous block: no request table to write
             self.awaiting[s] = 1
             self.inference_requested.emit(InferenceRequest(
@@ -382,7 +348,7 @@ class RolloutWorker(WorkerFaults, Actor):
             policies = self.population.owners(
                 s, self._policies[self.buffer.at(slots_view, slice(last))])
         # stamped with the batcher's epoch: see components.datapath.slot_stages
-        epochs = self.stages.submit(slots_view, policies)
+        epochs = self.faults.stages.submit(slots_view, policies)
         for full, policy, epoch in zip(slots_view.tolist(), policies, epochs, strict=True):
             self.trajectory_ready.emit(TrajectoryReady(self.worker, full, policy, epoch))
         self.paused.append(s)
@@ -397,7 +363,7 @@ class RolloutWorker(WorkerFaults, Actor):
             if fresh is None:
                 break
             s = self.paused.popleft()
-            self.stages.filling(fresh)
+            self.faults.stages.filling(fresh)
             lo = s * rps
             self.row_slots[lo:lo + rps] = fresh
             if self.population is None:  # every step of the slot is acted on by the same policy
@@ -412,6 +378,11 @@ class RolloutWorker(WorkerFaults, Actor):
         if self.paused:
             self.log.debug("%s: splits %s wait for slots (%d free)", self.name,
                            list(self.paused), self.pool.free)
+
+    def _slots_back(self) -> None:
+        """Slots came back to the pool: resume the splits waiting for them."""
+        self._resume_paused()
+        self._m_free.set(self.pool.free)
 
     def _rows(self, s: int) -> np.ndarray | slice:
         """Split ``s``'s slots: its block as a slice when batched (so fields give views)."""
@@ -429,12 +400,24 @@ class RolloutWorker(WorkerFaults, Actor):
             return None
         return np.array(self.pool.acquire_many(self.rows_per_split), np.int64)
 
-    # ----- faults and reports ----------------------------------------------------------------
+    # ----- timers ----------------------------------------------------------------------------
+
+    def _check_faults(self) -> None:
+        """Re-send requests unanswered since the last check; catch up with batcher restarts."""
+        for s in self.faults.overdue(self.awaiting):
+            self._rl_log.warning("resend", "%s: no actions for split %d within %g s; sending its "
+                                 "request again (%d so far)", self.name, s,
+                                 self.params.inference_timeout_s, self.faults.requests_resent)
+            self._request(s)
+        if self.faults.poll_batchers():
+            self._slots_back()
 
     def _report_progress(self) -> None:
-        # The metric too is counted here, not per step: a Prometheus increment in multiprocess
+        # The metrics too are counted here, not per step: a Prometheus increment in multiprocess
         # mode costs a few microseconds, a noticeable share of a split step's own work.
         self._m_frames.inc(self.frames_since_report)
+        self._m_failures.inc(self.envs.failures - self._failures_reported)
+        self._failures_reported = self.envs.failures
         by_policy = () if self.population is None else self.population.take_frames()
         self.rollout_progress.emit(RolloutProgress(self.worker, self.frames_since_report,
                                                    by_policy))
@@ -448,19 +431,5 @@ class RolloutWorker(WorkerFaults, Actor):
         shaping = {name.removeprefix("reward_shaping."): value
                    for name, value in zip(msg.names, msg.values, strict=True)
                    if name.startswith("reward_shaping.")}
-        if not shaping:
-            return
-        self._shaping[msg.policy] = shaping
-        for e in range(len(self.envs)):
-            if self.agent_policy[e * self.num_agents] == msg.policy:
-                self._apply_shaping(e)
-
-    def _apply_shaping(self, e: int) -> None:
-        """Set env ``e``'s shaping to its policy's (envs read ``reward_shaping`` every step).
-
-        An env shapes one reward for all its agents: a multi-agent env follows agent 0's policy.
-        """
-        shaping = self._shaping.get(int(self.agent_policy[e * self.num_agents]))
-        coefficients = getattr(self.envs[e], "reward_shaping", None)
-        if shaping and isinstance(coefficients, dict):
-            coefficients.update(shaping)
+        if shaping:
+            self.envs.set_shaping(msg.policy, shaping)

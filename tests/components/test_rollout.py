@@ -23,7 +23,8 @@ from components.datapath.settings import DataPathParams
 from components.envs import EnvError, make_env
 from components.envs.multi_agent import ToyMultiAgentEnv
 from components.models import ModelConfig
-from components.sampling.rollout_worker import RolloutParams, env_seed
+from components.sampling.rollout_worker import RolloutParams
+from components.sampling.worker_envs import env_seed
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
 from tests.kernel.conftest import TRANSPORTS, hosted
@@ -336,7 +337,7 @@ async def test_env_error_recreates_the_env() -> None:
         worker, inference, collector = actors["rollout"], actors["inference"], actors["collector"]
         await wait_until(lambda: len(collector.received) >= 8)
         per_row = rows_by_trajectory(inference, collector, worker.rows_per_split)
-    assert worker.env_failures == 1
+    assert worker.envs.failures == 1
     first = per_row[0][0]  # env 0 takes the first third step
     assert first["dones"][:T].tolist() == [0, 0, 1] + [0] * (T - 3)
     assert np.all(first["rnn"][3] == 0)
