@@ -29,7 +29,7 @@ from components.learning.batcher import Batcher
 from sfbus import Actor, Signal, slot
 from sfbus.host import ProcessHost
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
-from tests.components.test_rollout import StandInInference, topology, wait_until
+from tests.components.test_rollout import StandInInference, steps, topology, wait_until
 from tests.kernel.conftest import hosted
 
 
@@ -105,9 +105,7 @@ HOLDING = sampler_topology(
 
 def audit(worker: Any) -> dict[str, int]:
     """The worker's slot audit now."""
-    rps = worker.rows_per_split
-    active = [worker.row_slots[s * rps:(s + 1) * rps] for s in range(len(worker.t))
-              if s not in worker.paused]
+    active = [split.slots for split in worker.splits if split.index not in worker.paused]
     return worker.faults.stages.audit(np.concatenate(active) if active else np.zeros(0, int))
 
 
@@ -237,15 +235,15 @@ async def test_answer_to_a_request_sent_again_is_ignored() -> None:
         await wait_until(lambda: len(inference.pending) >= 4, 5)
         first, again = [m for m in inference.pending if m.split == 0][:2]
         assert again.seq > first.seq and (first.count, first.policy) == (again.count, again.policy)
-        t = list(worker.t)
+        t = steps(worker)
         inference.pending.remove(first)
         inference.answer(first)  # the late answer to the first one
         await asyncio.sleep(0.05)
-        assert worker.t == t and worker.faults.stale_answers == 1
+        assert steps(worker) == t and worker.faults.stale_answers == 1
         inference.answer_split(0)  # the newest request of split 0
-        await wait_until(lambda: worker.t[0] == t[0] + 1)
+        await wait_until(lambda: steps(worker)[0] == t[0] + 1)
         await asyncio.sleep(0.05)
-        assert worker.t[0] == t[0] + 1
+        assert steps(worker)[0] == t[0] + 1
 
 
 def _with_class(topo: Topology, process: str, class_path: str) -> Topology:
