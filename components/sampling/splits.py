@@ -92,9 +92,8 @@ class Split:
         self.awaiting = 0
         """Requests of the split still unanswered."""
         fields = self.buffer.numpy
-        self.obs = self.buffer.obs_numpy()
-        # items() once: the per-step loops run over this tuple.
-        self.obs_items = tuple(self.obs.items())
+        # The observation fields by key, as a tuple: the per-step loops run over it.
+        self.obs_items = tuple(self.buffer.obs_numpy().items())
         self.rnn, self.actions = fields["rnn"], fields["actions"]
         self.rewards, self.dones = fields["rewards"], fields["dones"]
         self.step_policies = fields["policies"]

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import NoReturn
 
 import numpy as np
@@ -33,7 +33,7 @@ def env_seed(seed: int, worker: int, env: int, incarnation: int = 0) -> int:
 
 
 class WorkerEnvs:
-    """The ``num_envs`` envs of rollout worker ``worker``, indexed like a list."""
+    """The ``num_envs`` envs of rollout worker ``worker`` and what keeps them running."""
 
     def __init__(self, params: RolloutParams, name: str, worker: int, salt: int,
                  num_agents: int, agent_policy: np.ndarray, log: logging.Logger,
@@ -60,15 +60,6 @@ class WorkerEnvs:
         self._failure_times: deque[float] = deque()
         self.envs: list[MultiAgentEnv] = []
         """The envs; a recreated env replaces its entry (vectors over this list see it)."""
-
-    def __len__(self) -> int:
-        return len(self.envs)
-
-    def __getitem__(self, e: int) -> MultiAgentEnv:
-        return self.envs[e]
-
-    def __iter__(self) -> Iterator[MultiAgentEnv]:
-        return iter(self.envs)
 
     def create(self, outs: list[ObsDict]) -> None:
         """Create every env and reset env ``e`` into ``outs[e]``."""
