@@ -174,6 +174,28 @@ class SlotPool:
             self._take(slot)
         return slots
 
+    def try_acquire_block(self, size: int) -> list[int] | None:
+        """Take the first wholly free block of ``size`` consecutive slots (blocks start at
+        multiples of ``size``, which must divide the pool): its slots ascending, or None.
+
+        O(size of the pool); for callers that need contiguous buffer rows (batched sampling).
+        """
+        if not self._is_owner:
+            raise self._not_owner("acquire")
+        size = operator.index(size)
+        if size <= 0 or self._size % size:
+            raise ValueError(f"slot pool {self._name!r}: {self._size} slots are not whole blocks"
+                             f" of {size}")
+        free = np.flatnonzero(~self._state_np.reshape(-1, size).any(axis=1))
+        if not len(free):
+            return None
+        start = int(free[0]) * size
+        self._free = [s for s in self._free if not start <= s < start + size]
+        block = list(range(start, start + size))
+        for slot in block:
+            self._take(slot)
+        return block
+
     def release(self, slot: int) -> None:
         """Give ``slot`` back; raise SlotPoolError if it is out of range or already free."""
         if not self._is_owner:

@@ -1,10 +1,11 @@
-"""A group of envs stepped as one vector into contiguous rows (batched sampling's rollout step).
+"""A group of envs stepped as one vector: the rollout worker's per-env loop, in every sampling mode.
 
-Row ``i * num_agents + a`` of every array is agent ``a`` of the group's env ``i``: one call takes
-the group's ``[rows, ...]`` actions and writes its ``[rows, ...]`` observations, rewards and
-dones, each env writing its rows in place, with no per-env gather or scatter. VizDoom's
-``make_action`` blocks until the engine (a process of its own) has run the tics, and its API has
-no separate send and receive to overlap the engines with, so the step itself is a loop.
+Row ``i * num_agents + a`` of the actions, rewards and dones is agent ``a`` of the group's env
+``i``; env ``i`` writes its observation into ``outs[i]``, wherever its owner wants it: views of a
+contiguous block (batched sampling, :meth:`VectorEnvs.rows_of`), a trajectory slot's row, or a
+scratch array. VizDoom's ``make_action`` blocks until the engine (a process of its own) has run
+the tics, and its API has no separate send and receive to overlap the engines with, so the step
+itself is a loop.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import numpy as np
 
 from components.envs.spec import EnvError, MultiAgentEnv, ObsDict
 
+Ended = list[tuple[int, list[dict[str, Any]]]]
+"""(first row, infos) of every env whose step ended in a done."""
+
 
 class VectorEnvs:
     """Envs ``envs[first:first + count]`` (of ``num_agents`` agents each) as one vector."""
@@ -25,29 +29,41 @@ class VectorEnvs:
         self.envs = envs
         """The owner's list: an env recreated after an error replaces its entry."""
         self.first = first
+        self.count = count
+        self.num_agents = num_agents
         self.rows = [slice(i * num_agents, (i + 1) * num_agents) for i in range(count)]
         self.on_error = on_error
         """Called with (env index, its observation rows, the error); must reset a fresh env
         into those rows."""
+        # What a failed env's step reads as: done with reward 0, and no episode to report.
+        self._failed = (np.zeros(num_agents, np.float32), np.ones(num_agents, bool),
+                        np.zeros(num_agents, bool), [{} for _ in range(num_agents)])
 
-    def step_into(self, actions: np.ndarray, obs_out: ObsDict, rewards: np.ndarray,
-                  dones: np.ndarray) -> list[tuple[int, list[dict[str, Any]]]]:
-        """Step every env with its rows of ``actions``, writing its rows of ``obs_out``,
-        ``rewards`` and ``dones`` (bool); returns (first row, infos) of the envs that ended an
-        episode. An env that raised ``EnvError`` reads as done with reward 0 and no episode."""
-        ended = []
-        for i, rows in enumerate(self.rows):
-            out = {k: v[rows] for k, v in obs_out.items()}
+    def rows_of(self, obs: ObsDict) -> list[ObsDict]:
+        """Each env's rows of the contiguous ``[rows, ...]`` observations ``obs`` (views)."""
+        return [{k: v[rows] for k, v in obs.items()} for rows in self.rows]
+
+    def step_into(self, actions: np.ndarray, outs: list[ObsDict], rewards: np.ndarray,
+                  dones: np.ndarray) -> Ended:
+        """Step every env with its rows of ``actions``, writing its observation into its entry
+        of ``outs`` and its rows of ``rewards`` and ``dones`` (bool); returns the envs that are
+        done. An env that raised ``EnvError`` reads as done with reward 0 and empty infos."""
+        na = self.num_agents
+        ended: Ended = []
+        for i, env in enumerate(self.envs[self.first:self.first + self.count]):
+            a = i * na
+            out = outs[i]
             try:
-                r, terminated, truncated, infos = self.envs[self.first + i].step_into(
-                    actions[rows], out)
+                r, term, trunc, infos = env.step_into(actions[a:a + na], out)
             except EnvError as error:
                 self.on_error(self.first + i, out, error)
-                rewards[rows] = 0.0
-                dones[rows] = True
-                continue
-            rewards[rows] = r
-            done = np.logical_or(terminated, truncated, out=dones[rows])
-            if done.any():
-                ended.append((rows.start, infos))
+                r, term, trunc, infos = self._failed
+            if na == 1:  # scalar writes beat slice writes for the common single-agent env
+                rewards[a] = r[0]
+                done = dones[a] = term[0] or trunc[0]
+            else:
+                rewards[a:a + na] = r
+                done = np.logical_or(term, trunc, out=dones[a:a + na]).any()
+            if done:
+                ended.append((a, infos))
         return ended

@@ -1,17 +1,21 @@
-"""Batched sampling (``sampling: batched``): a split's rows are one slice of the buffer.
+"""Batched sampling (``sampling: batched``): a split's rows are one slice of the buffer, both sides.
 
 Non-batched sampling (the default) lets every row of a split sit in any slot, so the inference
 worker gathers the rows a request names from the request table; that is what lets agents act
 with different policies. Batched sampling gives up that freedom (one policy per worker) so that
 no gather is needed: the slot pool is laid out in blocks of ``rows_per_split`` slots
-(:func:`components.datapath.buffers.trajectory_layout` rounds it up), a split always takes one whole
-free block, and the buffer fields are laid out ``[block, t, row, ...]``, so the split's rows at step
-``t`` are one contiguous array of every field (``TrajectoryBuffer.at``). The rollout worker steps
-its envs as one vector (:class:`components.envs.vector.VectorEnvs`) writing straight into that
-array and reads the actions from it; an ``InferenceRequest`` names ``(block, count, t)`` (block
-= its first slot) and the inference worker runs the model on views of the array and writes its
-outputs back by slice assignment (one forward pass per request, as Sample Factory's batched mode
-runs one per worker's batch).
+(:func:`components.datapath.buffers.trajectory_layout` rounds it up), a split always takes one
+whole free block (``SlotPool.try_acquire_block``), and the buffer fields are laid out
+``[block, t, row, ...]``, so the split's rows at step ``t`` are one contiguous array of every
+field (``TrajectoryBuffer.at``).
+
+- The rollout side, :class:`BatchedSplit` (a sampling mode of :mod:`components.sampling.splits`),
+  steps its envs as one vector (:class:`components.envs.vector.VectorEnvs`) writing straight into
+  that array and reads the actions from it; its ``InferenceRequest`` names ``(block, count, t)``
+  (block = its first slot).
+- The inference side, :class:`BlockServer`, runs the model on views of the array and writes its
+  outputs back by slice assignment (one forward pass per request, as Sample Factory's batched
+  mode runs one per worker's batch).
 
 The learner and batcher see slots as usual: a block's slots are submitted and released one by
 one, and a block is free again once all of its slots are.
@@ -27,36 +31,54 @@ from torch import Tensor
 
 from components.datapath.buffers import TrajectoryBuffer
 from components.datapath.messages import InferenceRequest
-from sfbus import ActorContext, SlotPool
+from components.sampling.splits import Split, SplitWiring
+from sfbus import SlotPool
 
 _FIELDS = ("rnn", "actions", "log_probs", "values", "versions")
 
 
-class BlockSlots:
-    """A rollout worker's slot pool taken a block of ``rows`` contiguous slots at a time."""
+class BatchedSplit(Split):
+    """``sampling: batched``: the split fills one block; a step is one slice of every field."""
 
-    def __init__(self, context: ActorContext, worker: str, pool: SlotPool, rows: int) -> None:
-        if pool.size % rows:
-            raise ValueError(f"{worker}: {pool.size} slots are not whole blocks of {rows}")
-        self.pool = pool
-        self.rows = rows
-        # The pool's shared state (0 = free), one row per block.
-        self.state = context.shared(f"{pool.name}.state").numpy.reshape(-1, rows)
+    def __init__(self, index: int, wiring: SplitWiring) -> None:
+        super().__init__(index, wiring)
+        if self.buffer.layout.block_rows != self.rows:
+            raise ValueError("a batched split needs the block layout (sampling: batched)")
+        self.at_rows = slice(0, self.rows)
+        """The block's slots (a slice, so that fields give views)."""
 
-    def try_acquire(self) -> np.ndarray | None:
-        """Take the first wholly free block: its slot indices (ascending), or None."""
-        free = np.flatnonzero(~self.state.any(axis=1))
-        if not len(free):
-            return None
-        start = int(free[0]) * self.rows
-        block = range(start, start + self.rows)
-        # SlotPool hands out slots from its free list only; take these particular ones out of
-        # it (O(free slots), once per split per T steps).
-        pool: Any = self.pool
-        pool._free[:] = [s for s in pool._free if not start <= s < start + self.rows]
-        for slot in block:
-            pool._take(slot)
-        return np.arange(start, start + self.rows, dtype=np.int64)
+    def take_slots(self, pool: SlotPool) -> np.ndarray | None:
+        """The first wholly free block of the pool, or None."""
+        block = pool.try_acquire_block(self.rows)
+        return None if block is None else np.array(block, np.int64)
+
+    def start(self, fresh: np.ndarray) -> None:
+        """Fill block ``fresh`` from step 0, every step acted on by the worker's policy."""
+        self.at_rows = slice(int(fresh[0]), int(fresh[0]) + self.rows)
+        super().start(fresh)
+        self._fill_policy()
+
+    def step(self) -> None:
+        """Step the envs as one vector straight into the block's rows at t+1."""
+        t = self.t
+        t1 = t + 1
+        at, at1 = self.buffer.at(self.at_rows, t), self.buffer.at(self.at_rows, t1)
+        obs = {}
+        for k, arr in self.obs_items:
+            obs[k] = arr[at1]
+        rewards, dones = self.step_rewards, self.step_dones
+        ended = self.vector.step_into(self.actions[at], self.vector.rows_of(obs), rewards, dones)
+        self.rewards[at] = rewards
+        self.dones[at] = dones
+        if ended:
+            self._ended(ended, t1)
+        self.t = t1
+
+    def request(self, seq: int) -> None:
+        """Emit one request naming the block and the step (no request table)."""
+        self.awaiting = 1
+        self.emit(InferenceRequest(self.worker, self.index, self.rows, self.policy, seq=seq,
+                                   block=self.at_rows.start, t=self.t))
 
 
 class BlockServer:

@@ -17,18 +17,16 @@ split sends one request per policy acting in it, and a slot goes to the policy t
 of its steps (see :mod:`components.sampling.policy_mapping`). PBT's reward-shaping coefficients
 arrive as ``HyperparamsChanged`` and are applied to the envs whose agents act with that policy.
 
-What the worker does when it, an inference worker or a batcher restarts, or when an env breaks,
-is in :mod:`components.sampling.rollout_faults`. With ``sampling: batched`` every split fills one
-contiguous block of slots, names it in its requests, and steps its envs as one vector straight
-into the block's contiguous rows (see :mod:`components.sampling.batched_layout`).
+The worker is the actor around three objects it owns: its splits, built once in the class of the
+sampling mode (non-batched, population, batched: :mod:`components.sampling.splits`), which step
+their envs into the buffer and ask for actions; its envs (:mod:`components.sampling.worker_envs`:
+creation, recreation after a fault, PBT's shaping); and its fault handling
+(:mod:`components.sampling.rollout_faults`: slot stages, request numbers, batcher restarts).
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -41,54 +39,18 @@ from components.datapath.messages import (
     SlotsReleased,
     TrajectoryReady,
 )
-from components.datapath.settings import DataPathParams
-from components.envs import EnvError, MultiAgentEnv
-from components.envs.vector import VectorEnvs
+from components.datapath.slot_stages import BatcherStarted
 from components.pbt.messages import HyperparamsChanged
-from components.sampling.batched_layout import BlockSlots
+from components.sampling.batched_layout import BatchedSplit
 from components.sampling.policy_mapping import AgentPolicies, load_mapping
-from components.sampling.rollout_faults import WorkerFaults, env_seed
+from components.sampling.rollout_faults import RolloutFaults
+from components.sampling.rollout_params import RolloutParams
+from components.sampling.splits import NonBatchedSplit, PopulationSplit, Split, SplitWiring
+from components.sampling.worker_envs import WorkerEnvs
 from sfbus import Actor, ArraySpec, RateLimitedLog, Signal, Topology, slot
 
 
-@dataclass(frozen=True)
-class RolloutParams(DataPathParams):
-    """Parameters of a rollout worker: the data-path settings plus its own."""
-
-    policy: int = 0
-    """The policy every agent of this worker acts with when ``num_policies`` is 1."""
-    policy_mapping: str = "components.sampling.policy_mapping:RandomMapping"
-    """With ``num_policies`` > 1: the class (``module:Class``) choosing each agent's policy at
-    its episode starts (see :mod:`components.sampling.policy_mapping`)."""
-    progress_interval_s: float = 1.0
-    """Seconds between ``rollout_progress`` reports to the stats actor."""
-    inference_timeout_s: float = 3.0
-    """A split whose actions did not come within this many seconds (up to twice as many) sends
-    its request again: the inference worker may have died with it."""
-    env_step_timeout_s: float = 10.0
-    """An env step running longer is aborted and the env recreated (0: no watchdog); keep it
-    under the run's ``heartbeat_timeout_s``."""
-    env_recreate_attempts: int = 5
-    """Tries to recreate a failed env (backing off 0.1, 0.2, 0.4 ... s) before the worker's
-    process gives up (exit 1: the supervisor restarts it)."""
-    max_env_failures_per_minute: int = 60
-    """More env failures than this within a minute end the worker's process (exit 1): envs that
-    keep failing are not sampled around forever."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("env_recreate_attempts", "max_env_failures_per_minute"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("progress_interval_s", "inference_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.env_step_timeout_s < 0:
-            raise ValueError(f"env_step_timeout_s must be >= 0, got {self.env_step_timeout_s}")
-
-
-
-class RolloutWorker(WorkerFaults, Actor):
+class RolloutWorker(Actor):
     """Steps ``num_envs`` envs in ``num_splits`` splits with actions from the inference workers."""
 
     component = "rollout"
@@ -120,12 +82,8 @@ class RolloutWorker(WorkerFaults, Actor):
         self.buffer = TrajectoryBuffer(self.context, self.name, layout)
         self.pool = self.context.slot_pool(f"{self.name}.pool", owner=self.name, actor=self.name)
         self._rl_log = RateLimitedLog(self.log)
-        self.blocks = (BlockSlots(self.context, self.name, self.pool, layout.rows_per_split)
-                       if p.sampling == "batched" else None)
-
         self.num_agents = na = self.spec.num_agents
         self.rollout = p.rollout
-        self.envs_per_split = p.num_envs // p.num_splits
         self.rows_per_split = layout.rows_per_split
         agents = p.num_envs * na
         # Per-agent policy id; with a population the mapping rewrites entries at episode starts.
@@ -135,62 +93,13 @@ class RolloutWorker(WorkerFaults, Actor):
             mapping = load_mapping(p.policy_mapping, p.num_policies, self.worker, p.seed)
             self.population = AgentPolicies(mapping, p.num_policies, p.num_envs, na, p.num_splits)
             self.agent_policy = self.population.policy
-        self._shaping: dict[int, dict[str, float]] = {}  # PBT's reward shaping per policy
         # Current slot of every agent row (while its split is paused: the slot it just filled).
-        self.row_slots = np.zeros(agents, np.int64)  # taken split by split below
-        self.t = [0] * p.num_splits  # the step every row of a split is at
-        self.awaiting = [0] * p.num_splits  # inference requests of the split still in flight
+        self.row_slots = np.zeros(agents, np.int64)
         # Splits that filled their slots and wait for free ones, first come first served.
         self.paused: deque[int] = deque()
         self.frames_since_report = 0
-
-        self._prepare_staging()
-        self._start_faults()  # reclaims what a previous incarnation of this worker left taken
-        # A restarted worker seeds its envs afresh rather than replaying its first episodes.
-        self._incarnations = [self.restart_salt] * p.num_envs
-        self.env_failures = 0  # envs recreated after an EnvError
-        self.envs: list[MultiAgentEnv] = []
-        for e in range(p.num_envs):
-            env = self._new_env()
-            self.envs.append(env)
-            # Reset into the carry: every split starts like one resuming from a pause, so that a
-            # restarted worker waits for slots the batcher still holds instead of failing.
-            s, i = divmod(e, self.envs_per_split)
-            env.reset_into({k: v[i * na:(i + 1) * na] for k, v in self._carry_obs[s].items()},
-                           seed=env_seed(p.seed, self.worker, e, self._incarnations[e]))
-        # Batched: each split's envs step as one vector into the split's contiguous rows.
-        self.vectors = ([VectorEnvs(self.envs, s * self.envs_per_split, self.envs_per_split, na,
-                                    self._recreate) for s in range(p.num_splits)]
-                        if self.blocks is not None else [])
-        self.paused.extend(range(p.num_splits))
-        self._resume_paused()  # takes each split's slots and requests its actions
-        self._m_free.set(self.pool.free)
-        self.every(p.progress_interval_s, self._report_progress)
-
-    def _prepare_staging(self) -> None:
-        """Bind the buffer's fields, preallocate per-split staging arrays, declare metrics."""
-        p, na, rps = self.params, self.num_agents, self.rows_per_split
-        fields = self.buffer.numpy
-        self._obs = self.buffer.obs_numpy()
-        self._rnn, self._actions = fields["rnn"], fields["actions"]
-        self._rewards, self._dones, self._policies = (fields["rewards"], fields["dones"],
-                                                      fields["policies"])
-        # Preallocated per-split staging: one fancy-index write per field and step, no allocation.
-        self._step_rewards = [np.zeros(rps, np.float32) for _ in range(p.num_splits)]
-        self._step_dones = [np.zeros(rps, bool) for _ in range(p.num_splits)]
-        # The carried observation/state is staged here: once a paused split's slots are
-        # released, another split may reuse and overwrite them before this one resumes.
-        self._carry_obs = [{k: np.zeros((rps, *f.shape), f.dtype)
-                            for k, f in self.spec.observation_space.items()}
-                           for _ in range(p.num_splits)]
-        self._carry_rnn = [np.zeros((rps, self._rnn.shape[-1]), np.float32)
-                           for _ in range(p.num_splits)]
-        # Multi-agent envs write into a scratch dict whose rows are then scattered to the slots.
-        self._scratch = [self.spec.empty_obs() for _ in range(p.num_envs)] if na > 1 else []
-        self._failed_step = (np.zeros(na, np.float32), np.ones(na, bool), np.zeros(na, bool),
-                             [{} for _ in range(na)])
-        self._frames_per_split_step = self.envs_per_split * na * self.spec.frameskip
-
+        self._frames_per_split_step = self.rows_per_split * self.spec.frameskip
+        self._failures_reported = 0
         self._m_frames = self.metrics.counter("env_frames", "Env frames collected (frameskip "
                                               "counted)")
         self._m_episodes = self.metrics.counter("episodes", "Episodes finished by agents")
@@ -198,27 +107,54 @@ class RolloutWorker(WorkerFaults, Actor):
                                                 "Envs recreated after an EnvError")
         self._m_free = self.metrics.gauge("free_slots", "Free trajectory slots in the pool")
 
+        # Reclaims what a previous incarnation of this worker left taken.
+        self.faults = RolloutFaults(self.context, self.name, self.pool, p.num_splits, self.log)
+        self.envs = WorkerEnvs(p, self.name, self.worker, self.faults.restart_salt, na,
+                               self.agent_policy, self.log, self.fail_process)
+        wiring = SplitWiring(self.worker, p.policy, self.buffer, self.row_slots,
+                             self.agent_policy, self.envs, self.inference_requested.emit,
+                             self._episode_finished)
+        # The sampling mode, chosen once: the hot path calls the splits' methods, never asks.
+        self.splits: list[Split]
+        if p.sampling == "batched":
+            self.splits = [BatchedSplit(s, wiring) for s in range(p.num_splits)]
+        elif self.population is not None:
+            self.splits = [PopulationSplit(s, wiring, self.population)
+                           for s in range(p.num_splits)]
+        else:
+            self.splits = [NonBatchedSplit(s, wiring) for s in range(p.num_splits)]
+        # Reset into the carry: every split starts like one resuming from a pause, so that a
+        # restarted worker waits for slots the batcher still holds instead of failing.
+        self.envs.create([out for split in self.splits
+                          for out in split.vector.rows_of(split.carry_obs)])
+        self.paused.extend(range(p.num_splits))
+        self._resume_paused()  # takes each split's slots and requests its actions
+        self._m_free.set(self.pool.free)
+        self.every(p.progress_interval_s, self._report_progress)
+        self.every(p.inference_timeout_s, self._check_faults)
+
     async def on_stop(self) -> None:
-        """Log the slot audit, stop the env watchdog, close every env."""
-        self._stop_faults()
-        for env in getattr(self, "envs", ()):
-            try:
-                env.close()
-            except Exception:  # an env that broke while closing must not keep the rest open
-                self.log.exception("closing an env failed")
+        """Log the slot audit, close every env and stop their watchdog."""
+        if hasattr(self, "splits"):
+            self.faults.audit([split.slots for split in self.splits
+                               if split.index not in self.paused])
+        if hasattr(self, "envs"):
+            self.envs.close()
 
     @slot
     def on_actions_ready(self, msg: ActionsReady) -> None:
         """Step the split whose actions the inference worker wrote, then request its next ones."""
         s = msg.split
-        if (msg.worker != self.worker or not 0 <= s < len(self.t) or not self.awaiting[s]
-                or self._stale_answer(s, msg.seq)):  # stale: answers a request sent again since
+        if (msg.worker != self.worker or not 0 <= s < len(self.splits)
+                or not self.splits[s].awaiting
+                or self.faults.stale(s, msg.seq)):  # stale: answers a request sent again since
             self._rl_log.warning("stray-actions", "%s: ignored unexpected %r (worker %d)",
                                  self.name, msg, self.worker)
             return
-        self.awaiting[s] -= 1
-        if not self.awaiting[s]:  # every policy group of the split has its actions
-            self._step_split(s)
+        split = self.splits[s]
+        split.awaiting -= 1
+        if not split.awaiting:  # every policy group of the split has its actions
+            self._step_split(split)
 
     @slot
     def on_slots_released(self, msg: SlotsReleased) -> None:
@@ -227,220 +163,16 @@ class RolloutWorker(WorkerFaults, Actor):
             self._rl_log.warning("stray-release", "%s: ignored %r (worker %d)", self.name, msg,
                                  self.worker)
             return
-        if self.stages.release(msg.slots):  # stale: slots it took back after a restart
+        if self.faults.stages.release(msg.slots):  # stale: slots it took back after a restart
             self._rl_log.warning("stale-release", "%s: ignored a release of slots it no longer "
                                  "has downstream: %s", self.name, msg.slots)
-        self._resume_paused()
-        self._m_free.set(self.pool.free)
+        self._slots_back()
 
-    # ----- the hot path ----------------------------------------------------------------------
-
-    def _step_split(self, s: int) -> None:
-        """Step every env of split ``s`` with the actions at its rows' step t."""
-        t, t1 = self.t[s], self.t[s] + 1
-        na, rps = self.num_agents, self.rows_per_split
-        lo = s * rps
-        slots_view = self.row_slots[lo:lo + rps]
-        rows = self._rows(s)
-        # Batched: the split's rows at a step are one contiguous array of every field (a view).
-        at, at1 = self.buffer.at(rows, t), self.buffer.at(rows, t1)
-        actions = self._actions[at]  # one gather (or view) for the whole split
-        rewards, dones = self._step_rewards[s], self._step_dones[s]
-        if self.vectors:
-            obs = {k: arr[at1] for k, arr in self._obs.items()}
-            for a, infos in self.vectors[s].step_into(actions, obs, rewards, dones):
-                self._episodes_ended(lo + a, infos)
-            any_done = dones.any()  # an env that failed is done without an episode to report
-        else:  # env by env: the split's slots may lie anywhere in the [slot, t] layout
-            any_done = False
-            slots = slots_view.tolist()
-            e0 = s * self.envs_per_split
-            for i, env in enumerate(self.envs[e0:e0 + self.envs_per_split]):
-                e, a = e0 + i, i * na
-                out = self._obs_out(e, slots, a, t1)
-                try:
-                    r, term, trunc, infos = env.step_into(actions[a:a + na], out)
-                except EnvError as error:
-                    self._recreate(e, out, error)
-                    r, term, trunc, infos = self._failed_step
-                if na == 1:  # scalar writes beat slice writes for the common single-agent env
-                    rewards[a] = r[0]
-                    done = dones[a] = term[0] or trunc[0]
-                else:
-                    self._commit_obs(out, slots, a, t1)
-                    rewards[a:a + na] = r
-                    np.logical_or(term, trunc, out=dones[a:a + na])
-                    done = dones[a:a + na].any()
-                if done:
-                    any_done = True
-                    self._episodes_ended(lo + a, infos)
-        self._rewards[at] = rewards
-        self._dones[at] = dones
-        if self.population is not None:  # one policy: written once per slot (_resume_paused)
-            self._policies[at] = self.agent_policy[lo:lo + rps]
-            self.population.count_frames(s, self.spec.frameskip)
-            # After recording who acted at t: the next episodes' policies act from t + 1.
-            if self.population.ended:
-                for row in self.population.switch():
-                    if row % na == 0:
-                        self._apply_shaping(row // na)
-        if any_done:
-            # forward_step never resets state: a new episode starts from zeros, overwriting the
-            # state the inference worker already wrote at t+1.
-            self._rnn[self.buffer.at(slots_view[dones], t1)] = 0.0
-
-        frames = self._frames_per_split_step
-        self.report_progress(frames)
-        self.frames_since_report += frames
-        if t1 == self.rollout:
-            self._finish_trajectories(s)
-        else:
-            self.t[s] = t1
-            self._request(s)
-
-    def _obs_out(self, e: int, slots: list[int], a: int, t: int) -> dict[str, np.ndarray]:
-        """Where env ``e`` (agents at ``slots[a:]``) writes: its shared row, or its scratch."""
-        if self.num_agents > 1:
-            return self._scratch[e]
-        row = slots[a]
-        out: dict[str, np.ndarray] = {}
-        for k, arr in self._obs.items():  # a loop: in Python 3.11 a comprehension is a call
-            out[k] = arr[row:row + 1, t]
-        return out
-
-    def _commit_obs(self, out: dict[str, np.ndarray], slots: list[int], a: int, t: int) -> None:
-        """Scatter a multi-agent env's scratch rows to its agents' slots at step ``t``."""
-        env_slots = slots[a:a + self.num_agents]
-        for k, arr in self._obs.items():
-            arr[env_slots, t] = out[k]
-
-    def _episodes_ended(self, row0: int, infos: list[dict[str, Any]]) -> None:
-        """Report the episodes the env's agents (rows from ``row0``) finished in this step."""
-        for j, info in enumerate(infos):
-            if "episode_return" in info:
-                self._m_episodes.inc()
-                other = info.get("episode_opponent")  # the opponent's agent index in this env
-                self.episode_finished.emit(EpisodeFinished(
-                    int(self.agent_policy[row0 + j]), float(info["episode_return"]),
-                    int(info["episode_length"]), int(info["episode_frames"]),
-                    float(info.get("episode_true_return", math.nan)),
-                    float(info.get("episode_win", math.nan)),
-                    -1 if other is None else int(self.agent_policy[row0 + other])))
-                if self.population is not None:
-                    self.population.ended.append(row0 + j)
-
-    def _request(self, s: int) -> None:
-        """Ask for split ``s``'s actions, sent at once so the next split steps meanwhile."""
-        self._write_request(s)
-        # Both splits' answers often arrive in one frame; without this, split 0's request would
-        # wait in the outbox until split 1 was stepped too and the two would move in lockstep.
-        self.send_now()
-
-    def _write_request(self, s: int) -> None:
-        """Write split ``s``'s (slot, t) rows to the request table and emit its request(s)."""
-        rps = self.rows_per_split
-        rows = self.buffer.requests[s]
-        seq = self._next_seq(s)
-        if self.blocks is not None:  # one contiguous block: no request table to write
-            self.awaiting[s] = 1
-            self.inference_requested.emit(InferenceRequest(
-                self.worker, s, rps, self.params.policy, seq=seq,
-                block=int(self.row_slots[s * rps]), t=self.t[s]))
-            return
-        if self.population is not None:
-            # One request per policy acting in the split, its rows contiguous in the table and
-            # keyed by policy: with several inference replicas each serves a fixed subset.
-            groups = self.population.groups(s)
-            rows[:rps, 0] = self.row_slots[groups.rows]
-            rows[:rps, 1] = self.t[s]
-            self.awaiting[s] = len(groups.groups)
-            for policy, offset, count in groups.groups:
-                self.inference_requested.emit(
-                    InferenceRequest(self.worker, s, count, policy, offset, seq), key=policy)
-            return
-        if self.t[s] == 0:  # a split's slots change only when it takes fresh ones, at t = 0
-            rows[:rps, 0] = self.row_slots[s * rps:(s + 1) * rps]
-        rows[:rps, 1] = self.t[s]
-        self.awaiting[s] = 1
-        self.inference_requested.emit(InferenceRequest(self.worker, s, rps, self.params.policy,
-                                                       seq=seq))
-
-    # ----- slots -----------------------------------------------------------------------------
-
-    def _finish_trajectories(self, s: int) -> None:
-        """Hand split ``s``'s full slots to the batcher, stage the carry, take fresh slots."""
-        rps, last = self.rows_per_split, self.rollout
-        lo = s * rps
-        slots_view = self.row_slots[lo:lo + rps]
-        at = self.buffer.at(self._rows(s), last)
-        for k, arr in self._obs.items():
-            self._carry_obs[s][k][:] = arr[at]
-        self._carry_rnn[s][:] = self._rnn[at]
-        if self.population is None:
-            policies = self.agent_policy[lo:lo + rps].tolist()
-        else:  # a slot where an agent switched policy goes to its majority policy
-            policies = self.population.owners(
-                s, self._policies[self.buffer.at(slots_view, slice(last))])
-        # stamped with the batcher's epoch: see components.datapath.slot_stages
-        epochs = self.stages.submit(slots_view, policies)
-        for full, policy, epoch in zip(slots_view.tolist(), policies, epochs, strict=True):
-            self.trajectory_ready.emit(TrajectoryReady(self.worker, full, policy, epoch))
-        self.paused.append(s)
-        self._resume_paused()
-        self._m_free.set(self.pool.free)
-
-    def _resume_paused(self) -> None:
-        """Give fresh slots to waiting splits in arrival order while the pool has enough."""
-        rps = self.rows_per_split
-        while self.paused:
-            fresh = self._take_slots()
-            if fresh is None:
-                break
-            s = self.paused.popleft()
-            self.stages.filling(fresh)
-            lo = s * rps
-            self.row_slots[lo:lo + rps] = fresh
-            if self.population is None:  # every step of the slot is acted on by the same policy
-                self._policies[self.buffer.at(self._rows(s), slice(None))] = \
-                    self.agent_policy[lo:lo + rps, None]
-            at = self.buffer.at(self._rows(s), 0)
-            for k, arr in self._obs.items():
-                arr[at] = self._carry_obs[s][k]
-            self._rnn[at] = self._carry_rnn[s]
-            self.t[s] = 0
-            self._request(s)
-        if self.paused:
-            self.log.debug("%s: splits %s wait for slots (%d free)", self.name,
-                           list(self.paused), self.pool.free)
-
-    def _rows(self, s: int) -> np.ndarray | slice:
-        """Split ``s``'s slots: its block as a slice when batched (so fields give views)."""
-        lo = s * self.rows_per_split
-        if self.blocks is None:
-            return self.row_slots[lo:lo + self.rows_per_split]
-        first = int(self.row_slots[lo])
-        return slice(first, first + self.rows_per_split)
-
-    def _take_slots(self) -> np.ndarray | None:
-        """A split's fresh slots (batched: one free block), or None while too few are free."""
-        if self.blocks is not None:
-            return self.blocks.try_acquire()
-        if self.pool.free < self.rows_per_split:
-            return None
-        return np.array(self.pool.acquire_many(self.rows_per_split), np.int64)
-
-    # ----- faults and reports ----------------------------------------------------------------
-
-    def _report_progress(self) -> None:
-        # The metric too is counted here, not per step: a Prometheus increment in multiprocess
-        # mode costs a few microseconds, a noticeable share of a split step's own work.
-        self._m_frames.inc(self.frames_since_report)
-        by_policy = () if self.population is None else self.population.take_frames()
-        self.rollout_progress.emit(RolloutProgress(self.worker, self.frames_since_report,
-                                                   by_policy))
-        self.frames_since_report = 0
-
-    # ----- population-based training ---------------------------------------------------------
+    @slot
+    def on_batcher_started(self, msg: BatcherStarted) -> None:
+        """A batcher (re)started: take back the slots an older one held."""
+        if self.faults.batcher_started(msg.policy, msg.epoch):
+            self._slots_back()
 
     @slot
     def on_hyperparams_changed(self, msg: HyperparamsChanged) -> None:
@@ -448,19 +180,85 @@ class RolloutWorker(WorkerFaults, Actor):
         shaping = {name.removeprefix("reward_shaping."): value
                    for name, value in zip(msg.names, msg.values, strict=True)
                    if name.startswith("reward_shaping.")}
-        if not shaping:
-            return
-        self._shaping[msg.policy] = shaping
-        for e in range(len(self.envs)):
-            if self.agent_policy[e * self.num_agents] == msg.policy:
-                self._apply_shaping(e)
+        if shaping:
+            self.envs.set_shaping(msg.policy, shaping)
 
-    def _apply_shaping(self, e: int) -> None:
-        """Set env ``e``'s shaping to its policy's (envs read ``reward_shaping`` every step).
+    # ----- the hot path ----------------------------------------------------------------------
 
-        An env shapes one reward for all its agents: a multi-agent env follows agent 0's policy.
-        """
-        shaping = self._shaping.get(int(self.agent_policy[e * self.num_agents]))
-        coefficients = getattr(self.envs[e], "reward_shaping", None)
-        if shaping and isinstance(coefficients, dict):
-            coefficients.update(shaping)
+    def _step_split(self, split: Split) -> None:
+        """Step ``split`` (its sampling mode's work), then hand over its slots or ask again."""
+        split.step()
+        frames = self._frames_per_split_step
+        self.report_progress(frames)
+        self.frames_since_report += frames
+        if split.t == self.rollout:
+            self._finish_trajectories(split)
+        else:
+            self._request(split)
+
+    def _request(self, split: Split) -> None:
+        """Ask for the split's actions, sent at once so the next split steps meanwhile."""
+        split.request(self.faults.next_seq(split.index))
+        # Both splits' answers often arrive in one frame; without this, split 0's request would
+        # wait in the outbox until split 1 was stepped too and the two would move in lockstep.
+        self.send_now()
+
+    def _episode_finished(self, msg: EpisodeFinished) -> None:
+        self._m_episodes.inc()
+        self.episode_finished.emit(msg)
+
+    # ----- slots -----------------------------------------------------------------------------
+
+    def _finish_trajectories(self, split: Split) -> None:
+        """Hand the split's full slots to the batcher, take fresh ones when the pool allows."""
+        policies = split.finish()
+        # stamped with the batcher's epoch: see components.datapath.slot_stages
+        epochs = self.faults.stages.submit(split.slots, policies)
+        for full, policy, epoch in zip(split.slots.tolist(), policies, epochs, strict=True):
+            self.trajectory_ready.emit(TrajectoryReady(self.worker, full, policy, epoch))
+        self.paused.append(split.index)
+        self._resume_paused()
+        self._m_free.set(self.pool.free)
+
+    def _resume_paused(self) -> None:
+        """Give fresh slots to waiting splits in arrival order while the pool has enough."""
+        while self.paused:
+            split = self.splits[self.paused[0]]
+            fresh = split.take_slots(self.pool)
+            if fresh is None:
+                break
+            self.paused.popleft()
+            self.faults.stages.filling(fresh)
+            split.start(fresh)
+            self._request(split)
+        if self.paused:
+            self.log.debug("%s: splits %s wait for slots (%d free)", self.name,
+                           list(self.paused), self.pool.free)
+
+    def _slots_back(self) -> None:
+        """Slots came back to the pool: resume the splits waiting for them."""
+        self._resume_paused()
+        self._m_free.set(self.pool.free)
+
+    # ----- timers ----------------------------------------------------------------------------
+
+    def _check_faults(self) -> None:
+        """Re-send requests unanswered since the last check; catch up with batcher restarts."""
+        for s in self.faults.overdue([split.awaiting for split in self.splits]):
+            self._rl_log.warning("resend", "%s: no actions for split %d within %g s; sending its "
+                                 "request again (%d so far)", self.name, s,
+                                 self.params.inference_timeout_s, self.faults.requests_resent)
+            self._request(self.splits[s])
+        if self.faults.poll_batchers():
+            self._slots_back()
+
+    def _report_progress(self) -> None:
+        # The metrics too are counted here, not per step: a Prometheus increment in multiprocess
+        # mode costs a few microseconds, a noticeable share of a split step's own work.
+        self._m_frames.inc(self.frames_since_report)
+        self._m_failures.inc(self.envs.failures - self._failures_reported)
+        self._failures_reported = self.envs.failures
+        by_policy = () if self.population is None else self.population.take_frames()
+        self.rollout_progress.emit(RolloutProgress(self.worker, self.frames_since_report,
+                                                   by_policy))
+        self.frames_since_report = 0

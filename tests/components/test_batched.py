@@ -21,7 +21,6 @@ from components.envs import EnvError
 from components.envs.multi_agent import ToyMultiAgentEnv
 from components.envs.vector import VectorEnvs
 from components.models.policy import Policy
-from components.sampling.batched_layout import BlockSlots
 from components.sampling.inference_worker import _Rows
 from sfbus import slot
 from sfbus.errors import TopologyError
@@ -114,30 +113,6 @@ async def test_learner_copies_a_batch_out_of_the_block_layout() -> None:
                 assert torch.equal(value[i], expected), (key, w, s)
 
 
-def test_block_slots_take_whole_free_blocks() -> None:
-    class Pool:  # the SlotPool internals BlockSlots uses
-        name, size = "w.pool", 8
-
-        def __init__(self) -> None:
-            self._free = [7, 6, 5, 4, 3, 2, 1, 0]
-            self.state = np.zeros(8, np.int8)
-
-        def _take(self, s: int) -> None:
-            self.state[s] = 1
-
-    class Context:
-        def shared(self, name: str) -> Any:
-            return type("A", (), {"numpy": pool.state})()
-
-    pool = Pool()
-    blocks = BlockSlots(Context(), "w", pool, 4)  # type: ignore[arg-type]
-    pool.state[1] = 1  # block 0 is partly taken
-    pool._free.remove(1)
-    assert blocks.try_acquire().tolist() == [4, 5, 6, 7]
-    assert blocks.try_acquire() is None
-    assert pool._free == [3, 2, 0]
-
-
 class BlockStandIn(tr.StandInInference):
     """The rollout tests' stand-in, answering block requests (logged like table requests)."""
 
@@ -204,7 +179,7 @@ def test_vector_step_writes_every_env_into_its_rows() -> None:
     rewards, dones = np.full(rows, np.nan, np.float32), np.zeros(rows, bool)
     for t in range(steps):
         actions = np.arange(rows).reshape(rows, 1) % 4
-        ended = vector.step_into(actions, {"obs": obs}, rewards, dones)
+        ended = vector.step_into(actions, vector.rows_of({"obs": obs}), rewards, dones)
         for i, env in enumerate(replays):
             r, _, trunc, _ = env.step_into(actions[i * na:(i + 1) * na],
                                            {"obs": expected[i * na:(i + 1) * na]})
@@ -215,9 +190,11 @@ def test_vector_step_writes_every_env_into_its_rows() -> None:
         assert all("episode_return" in info for _, infos in ended for info in infos)
 
     envs[2] = BrokenEnv(na, seed=9)
-    vector.step_into(np.zeros((rows, 1), np.int64), {"obs": obs}, rewards, dones)
+    ended = vector.step_into(np.zeros((rows, 1), np.int64), vector.rows_of({"obs": obs}),
+                             rewards, dones)
     assert recreated == [(2, na)] and isinstance(envs[2], ToyMultiAgentEnv)
     assert dones[na:].all() and (rewards[na:] == 0).all()
+    assert ended[-1] == (na, [{}, {}])  # done (its rows' state is zeroed), no episode to report
 
 
 @pytest.mark.multiprocess

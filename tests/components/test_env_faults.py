@@ -76,9 +76,9 @@ async def test_faulty_env_is_recreated_and_its_episode_dropped(fault: str) -> No
         worker, inference, collector = actors["rollout"], actors["inference"], actors["collector"]
         await wait_until(lambda: len(collector.received) >= 8)
         per_row = rows_by_trajectory(inference, collector, worker.rows_per_split)
-        assert worker.env_failures == 1
+        assert worker.envs.failures == 1
         if fault in ("sleep", "abortable"):
-            assert worker._watchdog.aborts == 1
+            assert worker.envs.watchdog.aborts == 1
     assert time.monotonic() - started < 10
     first = per_row[0][0]  # env 0 takes the first third step
     assert first["dones"][:T].tolist() == [0, 0, 1] + [0] * (T - 3)
@@ -112,18 +112,18 @@ async def test_failing_recreation_backs_off_and_gives_up_only_when_it_keeps_fail
             reasons.append(reason)
             raise RuntimeError("the process would end here")
 
-        worker.fail_process = give_up
+        worker.envs.fail = give_up
         worker.on_failure = lambda where, error: None
         FragileEnv.creations_to_fail = failures
         obs = worker.spec.empty_obs()
         started = time.monotonic()
         if gives_up:
             with pytest.raises(RuntimeError, match="the process would end here"):
-                worker._recreate(0, obs, EnvError("broken"))
+                worker.envs.recreate(0, obs, EnvError("broken"))
             assert reasons == ["env 0 could not be recreated in 5 attempts: "
                                "RuntimeError('cannot start the engine')"]
         else:
-            worker._recreate(0, obs, EnvError("broken"))
+            worker.envs.recreate(0, obs, EnvError("broken"))
             assert not reasons and FragileEnv.creations_to_fail == 0
             received = len(collector.received)
             await wait_until(lambda: len(collector.received) > received)  # sampling goes on
@@ -138,7 +138,7 @@ async def test_envs_failing_over_and_over_end_the_worker_process() -> None:
     async with hosted(topo, "inproc") as actors:
         worker = actors["rollout"]
         reasons: list[str] = []
-        worker.fail_process = reasons.append
+        worker.envs.fail = reasons.append
         await wait_until(lambda: reasons)
         assert reasons[0] == ("6 env failures within a minute, the last: the env's step raised "
                               "ValueError: a bug in the env")

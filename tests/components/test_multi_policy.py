@@ -132,9 +132,9 @@ async def test_reward_shaping_follows_the_agents_policy() -> None:
         for policy in range(POLICIES):
             pbt.hyperparams_changed.emit(HyperparamsChanged(
                 policy, ("appo.lr", "reward_shaping.bonus"), (1.0, 10.0 + policy)))
-        await wait_until(lambda: len(worker._shaping) == POLICIES)
+        await wait_until(lambda: len(worker.envs.shaping) == POLICIES)
         for _ in range(3):  # episodes of 3 steps: policies rotate at every episode start
             seen = len(collector.episodes)
             await wait_until(lambda seen=seen: len(collector.episodes) >= seen + 8)
-            for e, env in enumerate(worker.envs):
+            for e, env in enumerate(worker.envs.envs):
                 assert env.reward_shaping == {"bonus": 10.0 + worker.agent_policy[e]}

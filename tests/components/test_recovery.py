@@ -29,7 +29,7 @@ from components.learning.batcher import Batcher
 from sfbus import Actor, Signal, slot
 from sfbus.host import ProcessHost
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
-from tests.components.test_rollout import StandInInference, topology, wait_until
+from tests.components.test_rollout import StandInInference, steps, topology, wait_until
 from tests.kernel.conftest import hosted
 
 
@@ -105,10 +105,8 @@ HOLDING = sampler_topology(
 
 def audit(worker: Any) -> dict[str, int]:
     """The worker's slot audit now."""
-    rps = worker.rows_per_split
-    active = [worker.row_slots[s * rps:(s + 1) * rps] for s in range(len(worker.t))
-              if s not in worker.paused]
-    return worker.stages.audit(np.concatenate(active) if active else np.zeros(0, int))
+    active = [split.slots for split in worker.splits if split.index not in worker.paused]
+    return worker.faults.stages.audit(np.concatenate(active) if active else np.zeros(0, int))
 
 
 def assert_exact(counts: dict[str, int]) -> None:
@@ -125,19 +123,19 @@ async def test_restarted_worker_reclaims_its_slots_and_ignores_stale_releases() 
         await wait_until(lambda: len(worker.paused) == 2)  # every slot is with the "batcher"
         # over ipc the last trajectories may still be on their way to the holder
         await wait_until(lambda: len(holder.held) == worker.pool.size)
-        assert worker.stages.reclaimed == 0  # a first start takes nothing back
+        assert worker.faults.stages.reclaimed == 0  # a first start takes nothing back
         held = list(holder.held)
         assert len(held) == worker.pool.size and worker.pool.free == 0
         # Before the crash: the learner copied two slots but their release never arrived, and a
         # message of a third never reached the batcher (it is still marked submitted).
         consumed = holder.release(2, send=False)
         lost = holder.held.pop()
-        worker.stages.stage[lost] = SUBMITTED
+        worker.faults.stages.stage[lost] = SUBMITTED
         kept = list(holder.held)
 
         worker = (await restart(actors, "sampler"))["rollout"]
-        assert worker.stages.reclaimed == 3
-        stage = worker.stages.stage
+        assert worker.faults.stages.reclaimed == 3
+        stage = worker.faults.stages.stage
         assert all(stage[s] == QUEUED for s in kept)
         assert worker.pool.in_use == len(kept) + worker.row_slots.size - worker.rows_per_split * \
             len(worker.paused)
@@ -146,14 +144,14 @@ async def test_restarted_worker_reclaims_its_slots_and_ignores_stale_releases() 
         # A late release of a slot the new worker already took back is ignored, not a double
         # release.
         holder.slots_released.emit(SlotsReleased(0, (consumed[0],)), key=0)
-        await wait_until(lambda: worker.stages.stale_releases == 1)
+        await wait_until(lambda: worker.faults.stages.stale_releases == 1)
         # The kept slots come back through the normal path, and sampling goes on.
         holder.release()
         await wait_until(lambda: len(holder.held) >= worker.pool.size // 2)
         holder.release()
         await wait_until(lambda: len(holder.held) >= 4)
         assert_exact(audit(worker))
-        assert all(worker.stages.stage[s] == QUEUED for s in holder.held)
+        assert all(worker.faults.stages.stage[s] == QUEUED for s in holder.held)
 
 
 async def test_batcher_restart_releases_what_it_held() -> None:
@@ -165,13 +163,14 @@ async def test_batcher_restart_releases_what_it_held() -> None:
         worker, batcher = actors["rollout"], actors["batcher"]
         await wait_until(lambda: len(worker.paused) == 2)  # no learner: everything is queued
         await wait_until(lambda: holdings(batcher) == worker.pool.size)
-        assert batcher.slots.epoch == 0 and worker.stages.reclaimed == 0
+        assert batcher.slots.epoch == 0 and worker.faults.stages.reclaimed == 0
         held = holdings(batcher)
         old_slots = [s for b in batcher.queue for s in b.slots] + batcher.pending_slots
 
         batcher = (await restart(actors, "downstream"))["batcher"]
         assert batcher.slots.epoch == 1
-        await wait_until(lambda: worker.stages.reclaimed == held)  # released, sampling resumed
+        # released, sampling resumed
+        await wait_until(lambda: worker.faults.stages.reclaimed == held)
         await wait_until(lambda: len(worker.paused) == 2)
         await wait_until(lambda: holdings(batcher) == worker.pool.size)
         counts = audit(worker)
@@ -211,7 +210,7 @@ async def test_lost_inference_request_is_sent_again() -> None:
     async with hosted(topo, "ipc") as actors:
         worker, collector = actors["rollout"], actors["collector"]
         await wait_until(lambda: len(collector.received) >= 2 * worker.row_slots.size, 10)
-        assert worker.requests_resent >= 2  # both splits' first requests were lost
+        assert worker.faults.requests_resent >= 2  # both splits' first requests were lost
 
 
 class EchoingInference(StandInInference):
@@ -236,15 +235,15 @@ async def test_answer_to_a_request_sent_again_is_ignored() -> None:
         await wait_until(lambda: len(inference.pending) >= 4, 5)
         first, again = [m for m in inference.pending if m.split == 0][:2]
         assert again.seq > first.seq and (first.count, first.policy) == (again.count, again.policy)
-        t = list(worker.t)
+        t = steps(worker)
         inference.pending.remove(first)
         inference.answer(first)  # the late answer to the first one
         await asyncio.sleep(0.05)
-        assert worker.t == t and worker.stale_answers == 1
+        assert steps(worker) == t and worker.faults.stale_answers == 1
         inference.answer_split(0)  # the newest request of split 0
-        await wait_until(lambda: worker.t[0] == t[0] + 1)
+        await wait_until(lambda: steps(worker)[0] == t[0] + 1)
         await asyncio.sleep(0.05)
-        assert worker.t[0] == t[0] + 1
+        assert steps(worker)[0] == t[0] + 1
 
 
 def _with_class(topo: Topology, process: str, class_path: str) -> Topology:

@@ -23,7 +23,8 @@ from components.datapath.settings import DataPathParams
 from components.envs import EnvError, make_env
 from components.envs.multi_agent import ToyMultiAgentEnv
 from components.models import ModelConfig
-from components.sampling.rollout_worker import RolloutParams, env_seed
+from components.sampling.rollout_worker import RolloutParams
+from components.sampling.worker_envs import env_seed
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
 from tests.kernel.conftest import TRANSPORTS, hosted
@@ -165,6 +166,11 @@ def topology(inference: str = "StandInInference", collector: str = "StandInColle
                     tuple(ConnectionSpec(*w) for w in SAMPLER_WIRES))  # type: ignore[arg-type]
 
 
+def steps(worker: Any) -> list[int]:
+    """The step each split of ``worker`` is at."""
+    return [split.t for split in worker.splits]
+
+
 async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     """Poll ``condition`` on the loop until it holds."""
     deadline = asyncio.get_running_loop().time() + timeout
@@ -248,14 +254,14 @@ async def test_double_buffered_order(transport: str) -> None:
         before = obs[split1, base[1] + 1].copy()
         inference.answer_split(0)
         await wait_until(lambda: len(inference.pending) == 2)
-        assert worker.t == [base[0] + 1, base[1]]  # split 0 stepped, split 1 still waits
+        assert steps(worker) == [base[0] + 1, base[1]]  # split 0 stepped, split 1 still waits
         assert np.array_equal(obs[split1, base[1] + 1], before)
         inference.answer_split(0)  # split 0 does not wait for split 1
         await wait_until(lambda: len(inference.pending) == 2)
-        assert worker.t == [base[0] + 2, base[1]]
+        assert steps(worker) == [base[0] + 2, base[1]]
         inference.answer_split(1)
         await wait_until(lambda: len(inference.pending) == 2)
-        assert worker.t == [base[0] + 2, base[1] + 1]
+        assert steps(worker) == [base[0] + 2, base[1] + 1]
         assert [s for s, _ in inference.log[-3:]] == [0, 0, 1]
 
 
@@ -336,7 +342,7 @@ async def test_env_error_recreates_the_env() -> None:
         worker, inference, collector = actors["rollout"], actors["inference"], actors["collector"]
         await wait_until(lambda: len(collector.received) >= 8)
         per_row = rows_by_trajectory(inference, collector, worker.rows_per_split)
-    assert worker.env_failures == 1
+    assert worker.envs.failures == 1
     first = per_row[0][0]  # env 0 takes the first third step
     assert first["dones"][:T].tolist() == [0, 0, 1] + [0] * (T - 3)
     assert np.all(first["rnn"][3] == 0)

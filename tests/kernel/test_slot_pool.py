@@ -94,6 +94,24 @@ def test_acquire_many_is_all_or_none(pool: SlotPool) -> None:
     assert pool.acquire_many(0) == []
 
 
+def test_blocks_are_taken_whole_and_aligned(pool: SlotPool, shm: SharedMemory) -> None:
+    pool.release(pool.acquire())  # slot 0 goes back to the free list's end: reused first
+    taken = pool.acquire()
+    assert taken == 0
+    assert pool.try_acquire_block(2) == [2, 3]  # block 0 is partly taken
+    assert pool.try_acquire_block(2) is None
+    assert (pool.in_use, pool.acquire(), pool.try_acquire()) == (3, 1, None)
+    pool.release(2)
+    assert pool.try_acquire_block(2) is None  # slot 3 of block 1 is still taken
+    pool.release(3)
+    assert pool.try_acquire_block(2) == [2, 3]
+    assert SlotPool("traj", shm, "rollout", is_owner=True).free == 0  # the state says taken
+    with pytest.raises(ValueError, match="not whole blocks of 3"):
+        pool.try_acquire_block(3)
+    with pytest.raises(SlotPoolError, match="acquire by 'learner'"):
+        SlotPool("traj", shm, "rollout", is_owner=False, actor="learner").try_acquire_block(2)
+
+
 def test_double_release(pool: SlotPool) -> None:
     slot = pool.acquire_many(3)[2]
     pool.release(slot)
