@@ -44,14 +44,14 @@ Every error is a :class:`~sfbus.errors.TopologyError` printed as one line,
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
-import pkgutil
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from sfbus.errors import TopologyError
+from sfbus.topology.classes import import_actor_class
+from sfbus.topology.documents import TOP_KEYS, apply_override, load_chain
 from sfbus.topology.model import (
     ActorSpec,
     ConnectionSpec,
@@ -63,9 +63,8 @@ from sfbus.topology.model import (
     Topology,
 )
 from sfbus.topology.params import ParamError, build_dataclass, convert, describe_value, suggest
-from sfbus.topology.yaml_source import Document, KeyPath, Where, load_yaml, parse_value
+from sfbus.topology.yaml_source import Document, KeyPath, Where
 
-TOP_KEYS = ("extends", "name", "settings", "run", "processes", "connections")
 PROCESS_KEYS = ("replicas", "restart", "cpu_affinity", "nice", "actors")
 ACTOR_KEYS = ("class", "params")
 CONNECTION_KEYS = ("from", "to", "mode", "coalesce_s")
@@ -79,101 +78,10 @@ def load_topology(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -
     Imports every actor class it names. Raises :class:`TopologyError` on any problem.
     """
     file = os.fspath(path)
-    doc = _load_chain(file, ())
+    doc = load_chain(file)
     for text in overrides:
         apply_override(doc, text)
     return _Builder(doc, os.path.splitext(os.path.basename(file))[0]).build()
-
-
-def apply_override(doc: Document, text: str) -> None:
-    """Apply one ``key.path=value`` override to a loaded document (see the module docstring)."""
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise TopologyError(f"expected KEY=VALUE, got '{text}'", file="--set")
-    path: KeyPath = tuple(part.strip() for part in key.split("."))
-    if not all(path):
-        raise TopologyError("empty key in path", file="--set", key=key)
-    if path[0] not in TOP_KEYS:
-        path = ("settings", *path)
-    if path[0] == "extends":
-        raise TopologyError("cannot be overridden; edit the file instead", file="--set",
-                            key="extends")
-    try:
-        value = parse_value(raw)
-    except TopologyError as error:
-        raise TopologyError(f"invalid value '{raw}': {error.message}", file="--set",
-                            key=key) from None
-    if not isinstance(doc.data, dict):
-        raise doc.error((), "a topology must be a mapping")
-    doc.set(path, value, Where("--set"))
-
-
-def import_actor_class(class_path: str) -> type:
-    """Import ``"module:Class"`` and check it is an ``Actor``; raises an unlocated TopologyError."""
-    # Imported here, not at module level: the actor module may one day import the topology.
-    from sfbus.actor import Actor
-
-    module_name, sep, attr = class_path.partition(":")
-    if not sep or not module_name or not attr:
-        raise TopologyError(f"expected 'module:Class', got '{class_path}'")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        missing = error.name or module_name
-        if module_name == missing or module_name.startswith(missing + "."):
-            raise TopologyError(f"cannot import module '{module_name}': no module named "
-                                f"'{missing}'{_module_hint(missing)}") from None
-        raise TopologyError(f"importing module '{module_name}' failed: {error}") from None
-    except Exception as error:  # any import-time failure of the user's module is their bug
-        raise TopologyError(f"importing module '{module_name}' failed: "
-                            f"{type(error).__name__}: {error}") from None
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            names = [n for n in dir(obj) if not n.startswith("_")]
-            raise TopologyError(f"module '{module_name}' has no attribute '{attr}'"
-                                f"{suggest(part, names)}")
-        obj = getattr(obj, part)
-    if not (isinstance(obj, type) and issubclass(obj, Actor)):
-        raise TopologyError(f"'{class_path}' is not a subclass of sfbus.actor.Actor")
-    return obj
-
-
-def _module_hint(missing: str) -> str:
-    parent, _, leaf = missing.rpartition(".")
-    if not parent:
-        return ""
-    try:
-        package = importlib.import_module(parent)
-    except Exception:  # the hint is best-effort; the error is already known
-        return ""
-    return suggest(leaf, [m.name for m in pkgutil.iter_modules(getattr(package, "__path__", []))])
-
-
-def _load_chain(file: str, chain: tuple[tuple[str, str], ...]) -> Document:
-    """Load ``file`` and, recursively, the files it extends; ``chain`` is (realpath, shown)."""
-    doc = load_yaml(file)
-    if doc.data is None:
-        raise doc.error((), "the file is empty; a topology must be a mapping")
-    if not isinstance(doc.data, dict):
-        raise doc.error((), f"a topology must be a mapping, got {describe_value(doc.data)}")
-    if "extends" not in doc.data:
-        return doc
-    chain = (*chain, (os.path.realpath(file), file))
-    target = doc.data.pop("extends")
-    if not isinstance(target, str):
-        raise doc.error(("extends",), f"expected a file path, got {describe_value(target)}")
-    base_file = os.path.normpath(os.path.join(os.path.dirname(file), target))
-    real = os.path.realpath(base_file)
-    if any(real == seen for seen, _ in chain):
-        shown = " -> ".join([*(name for _, name in chain), base_file])
-        raise doc.error(("extends",), f"extends cycle: {shown}")
-    if not os.path.isfile(base_file):
-        raise doc.error(("extends",), f"file not found: '{base_file}'")
-    base = _load_chain(base_file, chain)
-    base.data.pop("name", None)
-    return doc.merged_over(base)
 
 
 def _location(where: Where) -> Location | None:
