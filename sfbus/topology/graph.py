@@ -78,8 +78,8 @@ def _drawing(topology: Topology) -> tuple[list[_Box], list[_Edge]]:
 
 
 def _per_policy(policies: dict[str, list[int]], template: str | None) -> str:
-    ids = sorted(policies.get(template or "", []))
-    return f"per policy {ids[0]}..{ids[-1]}" if ids else "per policy"
+    ids = sorted(policies[template or ""])  # a copy's template always has copies
+    return f"per policy {ids[0]}..{ids[-1]}"
 
 
 def _mermaid_id(prefix: str, name: str) -> str:

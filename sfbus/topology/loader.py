@@ -38,7 +38,7 @@ unset), with ``<policy>`` replaced by the id in its name and values (a value tha
         actors:
           learner_<policy>: {class: components.learning.learner:Learner,
                              params: {policy: <policy>}}
-          learner_2: {params: {lr: 1e-3}}        # optional: refines policy 2's copy
+          learner_2: {params: {appo: {lr: 1e-3}}}   # optional: refines policy 2's copy
     connections:   # an end named with <policy>: one connection per policy, same id at both ends
       - {from: batcher_<policy>.batch_ready, to: learner_<policy>.on_batch_ready}
       - {from: learner_<policy>.training_stats, to: stats.on_training_stats}
@@ -264,7 +264,8 @@ class _Builder:
                 name=pname, actors=tuple(specs_a), replicas=replicas,
                 restart=restart, cpu_affinity=affinity, nice=nice,
                 location=_location(self.doc.where(path, at_key=True)),
-                template=origin and origin.template, policy=origin and origin.policy))
+                template=origin.template if origin else None,
+                policy=origin.policy if origin else None))
         return tuple(specs)
 
     def actor(self, path: KeyPath) -> ActorSpec:
@@ -288,7 +289,8 @@ class _Builder:
         origin = self.population.actors.get(name)
         return ActorSpec(name=name, class_path=class_path, params=params,
                          location=_location(self.doc.where(path, at_key=True)),
-                         template=origin and origin.template, policy=origin and origin.policy)
+                         template=origin.template if origin else None,
+                         policy=origin.policy if origin else None)
 
     def connections(self) -> tuple[ConnectionSpec, ...]:
         items = self.doc.get(("connections",)) or []
@@ -343,7 +345,7 @@ class _Builder:
                                   f"got '{text}'")
         templates = self.population.actor_templates
         if has_placeholder(actor) and actor not in templates:
-            known = (suggest(actor, list(templates)) if templates else
+            known = (suggest(actor, sorted(templates)) if templates else
                      f"; no actor of this topology is per-policy (named with '{PLACEHOLDER}')")
             raise self.fail(path, f"unknown per-policy actor '{actor}'{known}")
 

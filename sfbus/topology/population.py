@@ -9,7 +9,7 @@ names must contain ``<policy>`` too (names are unique across the topology).
 
 An entry named like a copy (``learner_2`` beside ``learner_<policy>``) refines that copy: it is
 merged over it as ``extends`` merges files, which is how ``--set
-processes.learner.actors.learner_2.params.lr=...`` sets one policy's value. A name like a copy
+processes.learner.actors.learner_2.params.x=...`` sets one policy's value. A name like a copy
 of a policy that does not exist is an error.
 
 ``<`` and ``>`` are plain characters in YAML, even inside flow mappings, where ``{policy}``
@@ -53,12 +53,12 @@ class Population:
     per-policy)."""
     processes: dict[str, Origin] = field(default_factory=dict)
     actors: dict[str, Origin] = field(default_factory=dict)
-    actor_templates: dict[str, str] = field(default_factory=dict)
-    """Actor template name -> the process (or process template) it is written in."""
+    actor_templates: set[str] = field(default_factory=set)
+    """Names of the actor templates (``learner_<policy>``), for the connections' ends."""
 
     def missing_policy(self, name: str) -> str | None:
         """Why ``name`` is no actor when it looks like a copy of a policy that does not exist."""
-        for template in self.actor_templates:
+        for template in sorted(self.actor_templates):
             policy = policy_of(name, template)
             if policy is not None and policy >= self.count:
                 return (f"policy {policy} does not exist: '{template}' has one actor per policy "
@@ -129,7 +129,7 @@ def expand(doc: Document) -> Population:
                                 f"'{PLACEHOLDER}' in its name: the process has one copy per "
                                 "policy, and actor names are unique", at_key=True)
             if has_placeholder(aname):
-                population.actor_templates[aname] = pname
+                population.actor_templates.add(aname)
     for pname, origin in _write_out(out, ("processes",), population.count).items():
         population.processes[pname] = origin
         process = procs[origin.template]
