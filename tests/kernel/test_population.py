@@ -9,7 +9,8 @@ import pytest
 
 from sfbus.errors import TopologyError
 from sfbus.routing import RoutingTable
-from sfbus.topology import Topology, load_topology
+from sfbus.topology import ActorSpec, Topology, load_topology
+from sfbus.topology.yaml_source import dump_yaml
 
 KERNEL = Path(__file__).parent
 
@@ -55,7 +56,7 @@ def error_of(load, text: str, overrides: tuple[str, ...] = ()) -> str:
     return str(info.value)
 
 
-def actors_of(topology: Topology) -> dict[str, object]:
+def actors_of(topology: Topology) -> dict[str, ActorSpec]:
     return {a.name: a for p in topology.processes for a in p.actors}
 
 
@@ -113,6 +114,21 @@ def test_a_per_policy_process_is_copied_with_its_actors(load) -> None:
     assert topology.processes[1].actors[0].params.count == 1
     assert sorted(RoutingTable(topology).processes) == [
         "main", "worker_0.0", "worker_0.1", "worker_1.0", "worker_1.1"]
+    refined = load(Path("t.yaml").read_text(), ("processes.worker_1.replicas=3",))
+    assert [p.replicas for p in refined.processes] == [2, 3, 1]
+
+
+def test_the_snapshot_keeps_the_templates_and_loads_to_the_same_copies(load) -> None:
+    topology = load(POPULATION, ("num_policies=2",))
+    Path("snapshot.yaml").write_text(dump_yaml(topology.document))
+    again = load_topology("snapshot.yaml")
+    assert "producer_<policy>:" in Path("snapshot.yaml").read_text()
+    def copies(t: Topology) -> list[tuple[object, ...]]:
+        return [(a.name, a.params, a.template, a.policy) for a in actors_of(t).values()]
+
+    assert copies(again) == copies(topology)
+    assert [(c.source, c.target, c.policy) for c in again.connections] == [
+        (c.source, c.target, c.policy) for c in topology.connections]
 
 
 def test_an_entry_named_like_a_copy_refines_it(load) -> None:
