@@ -2,9 +2,9 @@
 
 The launcher creates every array of a run once from its specs; each process attaches them by name,
 so a restarted process finds the same bytes. A segment is a plain file
-``/dev/shm/sfbus-{run_id}-{array_name}`` mapped with ``mmap``; ``run_id`` is
-``{launcher_pid}-{token}``, which lets :func:`clean_stale_segments` tell the segments of a dead
-launcher from those of a live one.
+``/dev/shm/sfbus-{run_id}-{array_name}`` (:mod:`sfbus.shm_names`) mapped with ``mmap``; ``run_id``
+is ``{launcher_pid}-{token}``, which lets :func:`sfbus.shm_cleanup.clean_stale_segments` tell the
+segments of a dead launcher from those of a live one.
 
 We do not use :mod:`multiprocessing.shared_memory`: its resource tracker unlinks a segment when the
 process that touched it exits, which would delete the buffers a restarted process must reattach.
@@ -18,16 +18,20 @@ import fcntl
 import logging
 import mmap
 import os
-import re
-import secrets
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
 from sfbus.errors import SharedMemoryError
+from sfbus.shm_names import (
+    SHM_DIR,
+    ArraySpec,
+    liveness_lock_path,
+    new_run_id,
+    segment_path,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -37,98 +41,12 @@ __all__ = [
     "ArraySpec",
     "SharedArray",
     "SharedMemory",
+    "liveness_lock_path",
     "new_run_id",
     "segment_path",
 ]
 
 logger = logging.getLogger(__name__)
-
-SHM_DIR = "/dev/shm"
-"""Where segments live: a tmpfs on Linux, so a segment is RAM that outlives its processes."""
-
-_PREFIX = "sfbus-"
-_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
-# The token has no '-', so the prefix "sfbus-{run_id}-" of one run never matches another run's.
-_RUN_ID_RE = re.compile(r"([0-9]+)-([A-Za-z0-9_]+)")
-# Kinds that map onto raw bytes: bool, signed/unsigned int, float, complex.
-_DTYPE_KINDS = "biufc"
-_MAX_FILENAME = 255
-
-
-@dataclass(frozen=True)
-class ArraySpec:
-    """The name, shape and numpy dtype of one shared array; invalid specs raise ``ValueError``."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
-            raise ValueError(
-                f"shared array name {self.name!r} is invalid: "
-                "use only letters, digits, '_', '.', '-'"
-            )
-        # Topology YAML gives lists; store a tuple so specs stay hashable and comparable.
-        try:
-            shape = tuple(self.shape)
-        except TypeError:
-            raise ValueError(
-                f"shared array {self.name!r}: shape {self.shape!r} is not a sequence of ints"
-            ) from None
-        for dim in shape:
-            if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
-                raise ValueError(
-                    f"shared array {self.name!r}: shape {self.shape!r} must hold positive ints"
-                )
-        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
-        try:
-            # np.dtype(None) is float64; a missing dtype is a mistake, not a request for floats.
-            if self.dtype is None:
-                raise TypeError
-            dtype = np.dtype(self.dtype)
-        except TypeError:
-            raise ValueError(
-                f"shared array {self.name!r}: unknown dtype {self.dtype!r}"
-                " (use a numpy dtype string such as 'float32', 'uint8', 'int64')"
-            ) from None
-        if dtype.kind not in _DTYPE_KINDS or dtype.byteorder not in "=|":
-            raise ValueError(
-                f"shared array {self.name!r}: dtype {self.dtype!r} cannot live in shared memory"
-                " (use a native-endian bool, integer, float or complex dtype)"
-            )
-        # Store the canonical name so that "f4" and "float32" give equal specs.
-        object.__setattr__(self, "dtype", dtype.name)
-
-    @property
-    def nbytes(self) -> int:
-        """Size of the array in bytes."""
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
-
-
-def new_run_id() -> str:
-    """Return a fresh run id ``{pid}-{token}`` for a launcher running in this process."""
-    return f"{os.getpid()}-{secrets.token_hex(4)}"
-
-
-def _check_run_id(run_id: str) -> None:
-    if not isinstance(run_id, str) or not _RUN_ID_RE.fullmatch(run_id):
-        raise ValueError(
-            f"run id {run_id!r} is not '<launcher pid>-<token>'; make one with"
-            " sfbus.shm.new_run_id()"
-        )
-
-
-def segment_path(run_id: str, name: str) -> str:
-    """Return the ``/dev/shm`` path of array ``name`` in run ``run_id``."""
-    _check_run_id(run_id)
-    if not _NAME_RE.fullmatch(name):
-        raise ValueError(f"shared array name {name!r} is invalid")
-    filename = f"{_PREFIX}{run_id}-{name}"
-    if len(filename) > _MAX_FILENAME:
-        raise ValueError(f"shared-memory segment name {filename!r} is longer than 255 characters")
-    return os.path.join(SHM_DIR, filename)
-
 
 class SharedArray:
     """One shared-memory segment seen as a numpy array and a torch tensor over the same bytes.
@@ -366,14 +284,6 @@ class SharedMemory(Mapping[str, SharedArray]):
         return f"<SharedMemory run={self._run_id} arrays={list(self._arrays)}>"
 
 
-def liveness_lock_path(run_id: str) -> str:
-    """The lock file its launcher holds (``flock``) for as long as run ``run_id`` lives: the
-    kernel drops the lock when the launcher exits however it exits, so ``sfbus clean`` can tell
-    a dead run from a live one even in another PID namespace sharing /dev/shm."""
-    _check_run_id(run_id)
-    return os.path.join(SHM_DIR, f"{_PREFIX}{run_id}.lock")
-
-
 def _hold_liveness_lock(run_id: str) -> int:
     path = liveness_lock_path(run_id)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -409,13 +319,6 @@ def _unlink_quietly(path: str) -> bool:
     except FileNotFoundError:
         return False
     return True
-
-
-def _list_shm() -> list[str]:
-    try:
-        return os.listdir(SHM_DIR)
-    except FileNotFoundError:
-        return []
 
 
 def _unique(specs: Iterable[ArraySpec]) -> list[ArraySpec]:

@@ -13,7 +13,14 @@ import fcntl
 import logging
 import os
 
-from sfbus.shm import _PREFIX, _RUN_ID_RE, SHM_DIR, _check_run_id, _list_shm, liveness_lock_path
+from sfbus.shm_names import (
+    _PREFIX,
+    _RUN_ID_RE,
+    SHM_DIR,
+    _check_run_id,
+    _list_shm,
+    liveness_lock_path,
+)
 
 logger = logging.getLogger(__name__)
 

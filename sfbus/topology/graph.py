@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Literal
 
 from sfbus.topology.model import Topology
@@ -15,21 +16,70 @@ def render_graph(topology: Topology, fmt: GraphFormat = "mermaid") -> str:
 
     Each process is a subgraph/cluster labelled with its replica count, each actor a node labelled
     with its name and class, each connection an edge labelled ``signal → slot`` (plus ``[any]``
-    for ``mode: any``, also drawn dashed). Raises ValueError for an unknown ``fmt``.
+    for ``mode: any``, also drawn dashed). The copies of a per-policy template are drawn once,
+    under the template's name with the policies it covers, and so are their connections; a plain
+    connection to one copy says which policy. Raises ValueError for an unknown ``fmt``.
     """
     if fmt == "mermaid":
-        return _mermaid(topology)
+        return _mermaid(_drawing(topology))
     if fmt == "dot":
-        return _dot(topology)
+        return _dot(topology.name, _drawing(topology))
     raise ValueError(f"unknown graph format {fmt!r}; expected 'mermaid' or 'dot'")
 
 
-def _process_label(name: str, replicas: int) -> str:
-    return f"{name} (x{replicas})"
+@dataclass
+class _Box:
+    """A process as drawn: its name (or template) and label, and its actors' nodes and labels."""
+
+    name: str
+    label: str
+    nodes: dict[str, str] = field(default_factory=dict)
 
 
-def _edge_label(signal: str, slot: str, mode: str) -> str:
-    return f"{signal} → {slot}" + ("" if mode == "broadcast" else f" [{mode}]")
+@dataclass(frozen=True)
+class _Edge:
+    source: str
+    target: str
+    label: str
+    dashed: bool
+
+
+def _drawing(topology: Topology) -> tuple[list[_Box], list[_Edge]]:
+    """Boxes and edges to draw, with every per-policy template's copies drawn as one."""
+    policies: dict[str, list[int]] = {}  # template -> policies of its copies
+    node_of: dict[str, str] = {}  # actor name -> the node it is drawn as
+    policy_of: dict[str, int] = {}  # a copy's name -> its policy
+    for process in topology.processes:
+        for actor in process.actors:
+            node_of[actor.name] = actor.template or actor.name
+            if actor.template is not None and actor.policy is not None:
+                policies.setdefault(actor.template, []).append(actor.policy)
+                policy_of[actor.name] = actor.policy
+    boxes: dict[str, _Box] = {}
+    for process in topology.processes:
+        name = process.template or process.name
+        label = f"{name} (x{process.replicas})"
+        if process.template is not None:
+            label += f" {_per_policy(policies, process.actors[0].template)}"
+        box = boxes.setdefault(name, _Box(name, label))
+        for actor in process.actors:
+            node = node_of[actor.name]
+            text = node if actor.template is None else f"{node} {_per_policy(policies, node)}"
+            box.nodes[node] = f"{text}\n{actor.class_path}"
+    edges: dict[_Edge, None] = {}  # ordered and without the copies' repeats
+    for conn in topology.connections:
+        label = f"{conn.signal} → {conn.slot}" + (
+            "" if conn.mode == "broadcast" else f" [{conn.mode}]")
+        copies = [policy_of[a] for a in (conn.source, conn.target) if a in policy_of]
+        if conn.policy is None and copies:  # a plain connection to one copy of a template
+            label += f" (policy {copies[0]})"
+        edges[_Edge(node_of[conn.source], node_of[conn.target], label, conn.mode == "any")] = None
+    return list(boxes.values()), list(edges)
+
+
+def _per_policy(policies: dict[str, list[int]], template: str | None) -> str:
+    ids = sorted(policies[template or ""])  # a copy's template always has copies
+    return f"per policy {ids[0]}..{ids[-1]}"
 
 
 def _mermaid_id(prefix: str, name: str) -> str:
@@ -38,45 +88,42 @@ def _mermaid_id(prefix: str, name: str) -> str:
 
 
 def _mermaid_text(text: str) -> str:
-    return text.replace('"', "#quot;")
+    # Labels are HTML to Mermaid: '<policy>' would be read as a tag and vanish.
+    return (text.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+            .replace("\n", "<br/>"))
 
 
-def _mermaid(topology: Topology) -> str:
+def _mermaid(drawing: tuple[list[_Box], list[_Edge]]) -> str:
+    boxes, edges = drawing
     lines = ["flowchart LR"]
-    for process in topology.processes:
-        label = _mermaid_text(_process_label(process.name, process.replicas))
-        lines.append(f'    subgraph {_mermaid_id("p_", process.name)}["{label}"]')
-        for actor in process.actors:
-            text = _mermaid_text(f"{actor.name}<br/>{actor.class_path}")
-            lines.append(f'        {_mermaid_id("a_", actor.name)}["{text}"]')
+    for box in boxes:
+        lines.append(f'    subgraph {_mermaid_id("p_", box.name)}["{_mermaid_text(box.label)}"]')
+        for node, label in box.nodes.items():
+            lines.append(f'        {_mermaid_id("a_", node)}["{_mermaid_text(label)}"]')
         lines.append("    end")
-    for conn in topology.connections:
-        arrow = "-.->" if conn.mode == "any" else "-->"
-        label = _mermaid_text(_edge_label(conn.signal, conn.slot, conn.mode))
-        lines.append(f'    {_mermaid_id("a_", conn.source)} {arrow}|"{label}"| '
-                     f'{_mermaid_id("a_", conn.target)}')
+    for edge in edges:
+        arrow = "-.->" if edge.dashed else "-->"
+        lines.append(f'    {_mermaid_id("a_", edge.source)} {arrow}|"{_mermaid_text(edge.label)}"| '
+                     f'{_mermaid_id("a_", edge.target)}')
     return "\n".join(lines) + "\n"
 
 
 def _dot_text(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def _dot(topology: Topology) -> str:
-    lines = [f"digraph {_dot_text(topology.name)} {{", "    rankdir=LR;",
-             "    node [shape=box];"]
-    for process in topology.processes:
+def _dot(name: str, drawing: tuple[list[_Box], list[_Edge]]) -> str:
+    boxes, edges = drawing
+    lines = [f"digraph {_dot_text(name)} {{", "    rankdir=LR;", "    node [shape=box];"]
+    for box in boxes:
         # Graphviz draws a subgraph as a box only when its name starts with "cluster".
-        lines.append(f"    subgraph {_dot_text('cluster_' + process.name)} {{")
-        lines.append(f"        label={_dot_text(_process_label(process.name, process.replicas))};")
-        for actor in process.actors:
-            label = _dot_text(f"{actor.name}\n{actor.class_path}").replace("\n", "\\n")
-            lines.append(f"        {_dot_text(actor.name)} [label={label}];")
+        lines.append(f"    subgraph {_dot_text('cluster_' + box.name)} {{")
+        lines.append(f"        label={_dot_text(box.label)};")
+        for node, label in box.nodes.items():
+            lines.append(f"        {_dot_text(node)} [label={_dot_text(label)}];")
         lines.append("    }")
-    for conn in topology.connections:
-        attrs = f"label={_dot_text(_edge_label(conn.signal, conn.slot, conn.mode))}"
-        if conn.mode == "any":
-            attrs += ", style=dashed"
-        lines.append(f"    {_dot_text(conn.source)} -> {_dot_text(conn.target)} [{attrs}];")
+    for edge in edges:
+        attrs = f"label={_dot_text(edge.label)}" + (", style=dashed" if edge.dashed else "")
+        lines.append(f"    {_dot_text(edge.source)} -> {_dot_text(edge.target)} [{attrs}];")
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -27,6 +27,22 @@ File format::
         mode: broadcast                  # broadcast (default) | any | local
         coalesce_s: 0.0                  # optional: may wait this long to share a frame
 
+Per-policy templates (``sfbus.topology.population``): a process or actor whose name contains
+``<policy>`` is written out once per policy id 0 .. ``settings.num_policies`` - 1 (1 when
+unset), with ``<policy>`` replaced by the id in its name and values (a value that is exactly
+``<policy>`` becomes the int)::
+
+    settings: {num_policies: 4}
+    processes:
+      learner:
+        actors:
+          learner_<policy>: {class: components.learning.learner:Learner,
+                             params: {policy: <policy>}}
+          learner_2: {params: {appo: {lr: 1e-3}}}   # optional: refines policy 2's copy
+    connections:   # an end named with <policy>: one connection per policy, same id at both ends
+      - {from: batcher_<policy>.batch_ready, to: learner_<policy>.on_batch_ready}
+      - {from: learner_<policy>.training_stats, to: stats.on_training_stats}
+
 An actor parameter resolves to: its ``params`` value, else ``settings[field]``, else the field's
 default; a required field missing everywhere is an error, and so is an unknown key in ``params``.
 
@@ -44,14 +60,14 @@ Every error is a :class:`~sfbus.errors.TopologyError` printed as one line,
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
-import pkgutil
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from sfbus.errors import TopologyError
+from sfbus.topology.classes import import_actor_class
+from sfbus.topology.documents import TOP_KEYS, apply_override, load_chain
 from sfbus.topology.model import (
     ActorSpec,
     ConnectionSpec,
@@ -63,9 +79,15 @@ from sfbus.topology.model import (
     Topology,
 )
 from sfbus.topology.params import ParamError, build_dataclass, convert, describe_value, suggest
-from sfbus.topology.yaml_source import Document, KeyPath, Where, load_yaml, parse_value
+from sfbus.topology.population import (
+    PLACEHOLDER,
+    Population,
+    check_placeholders,
+    expand,
+    has_placeholder,
+)
+from sfbus.topology.yaml_source import Document, KeyPath, Where
 
-TOP_KEYS = ("extends", "name", "settings", "run", "processes", "connections")
 PROCESS_KEYS = ("replicas", "restart", "cpu_affinity", "nice", "actors")
 ACTOR_KEYS = ("class", "params")
 CONNECTION_KEYS = ("from", "to", "mode", "coalesce_s")
@@ -79,101 +101,10 @@ def load_topology(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -
     Imports every actor class it names. Raises :class:`TopologyError` on any problem.
     """
     file = os.fspath(path)
-    doc = _load_chain(file, ())
+    doc = load_chain(file)
     for text in overrides:
         apply_override(doc, text)
     return _Builder(doc, os.path.splitext(os.path.basename(file))[0]).build()
-
-
-def apply_override(doc: Document, text: str) -> None:
-    """Apply one ``key.path=value`` override to a loaded document (see the module docstring)."""
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise TopologyError(f"expected KEY=VALUE, got '{text}'", file="--set")
-    path: KeyPath = tuple(part.strip() for part in key.split("."))
-    if not all(path):
-        raise TopologyError("empty key in path", file="--set", key=key)
-    if path[0] not in TOP_KEYS:
-        path = ("settings", *path)
-    if path[0] == "extends":
-        raise TopologyError("cannot be overridden; edit the file instead", file="--set",
-                            key="extends")
-    try:
-        value = parse_value(raw)
-    except TopologyError as error:
-        raise TopologyError(f"invalid value '{raw}': {error.message}", file="--set",
-                            key=key) from None
-    if not isinstance(doc.data, dict):
-        raise doc.error((), "a topology must be a mapping")
-    doc.set(path, value, Where("--set"))
-
-
-def import_actor_class(class_path: str) -> type:
-    """Import ``"module:Class"`` and check it is an ``Actor``; raises an unlocated TopologyError."""
-    # Imported here, not at module level: the actor module may one day import the topology.
-    from sfbus.actor import Actor
-
-    module_name, sep, attr = class_path.partition(":")
-    if not sep or not module_name or not attr:
-        raise TopologyError(f"expected 'module:Class', got '{class_path}'")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        missing = error.name or module_name
-        if module_name == missing or module_name.startswith(missing + "."):
-            raise TopologyError(f"cannot import module '{module_name}': no module named "
-                                f"'{missing}'{_module_hint(missing)}") from None
-        raise TopologyError(f"importing module '{module_name}' failed: {error}") from None
-    except Exception as error:  # any import-time failure of the user's module is their bug
-        raise TopologyError(f"importing module '{module_name}' failed: "
-                            f"{type(error).__name__}: {error}") from None
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            names = [n for n in dir(obj) if not n.startswith("_")]
-            raise TopologyError(f"module '{module_name}' has no attribute '{attr}'"
-                                f"{suggest(part, names)}")
-        obj = getattr(obj, part)
-    if not (isinstance(obj, type) and issubclass(obj, Actor)):
-        raise TopologyError(f"'{class_path}' is not a subclass of sfbus.actor.Actor")
-    return obj
-
-
-def _module_hint(missing: str) -> str:
-    parent, _, leaf = missing.rpartition(".")
-    if not parent:
-        return ""
-    try:
-        package = importlib.import_module(parent)
-    except Exception:  # the hint is best-effort; the error is already known
-        return ""
-    return suggest(leaf, [m.name for m in pkgutil.iter_modules(getattr(package, "__path__", []))])
-
-
-def _load_chain(file: str, chain: tuple[tuple[str, str], ...]) -> Document:
-    """Load ``file`` and, recursively, the files it extends; ``chain`` is (realpath, shown)."""
-    doc = load_yaml(file)
-    if doc.data is None:
-        raise doc.error((), "the file is empty; a topology must be a mapping")
-    if not isinstance(doc.data, dict):
-        raise doc.error((), f"a topology must be a mapping, got {describe_value(doc.data)}")
-    if "extends" not in doc.data:
-        return doc
-    chain = (*chain, (os.path.realpath(file), file))
-    target = doc.data.pop("extends")
-    if not isinstance(target, str):
-        raise doc.error(("extends",), f"expected a file path, got {describe_value(target)}")
-    base_file = os.path.normpath(os.path.join(os.path.dirname(file), target))
-    real = os.path.realpath(base_file)
-    if any(real == seen for seen, _ in chain):
-        shown = " -> ".join([*(name for _, name in chain), base_file])
-        raise doc.error(("extends",), f"extends cycle: {shown}")
-    if not os.path.isfile(base_file):
-        raise doc.error(("extends",), f"file not found: '{base_file}'")
-    base = _load_chain(base_file, chain)
-    base.data.pop("name", None)
-    return doc.merged_over(base)
 
 
 def _location(where: Where) -> Location | None:
@@ -190,6 +121,7 @@ class _Builder:
         self.default_name = default_name
         self.actor_classes: dict[str, type] = {}
         self.members: dict[type, tuple[dict[str, type], dict[str, type]]] = {}
+        self.population: Population  # the document with its per-policy copies, set by build()
 
     def fail(self, path: KeyPath, message: str, *, at_key: bool = False) -> TopologyError:
         return self.doc.error(path, message, at_key=at_key)
@@ -223,6 +155,9 @@ class _Builder:
         return self.typed(path, tp, default)
 
     def name(self, path: KeyPath, kind: str) -> None:
+        problem = check_placeholders(str(path[-1]))
+        if problem:
+            raise self.fail(path, problem, at_key=True)
         if not _NAME.match(path[-1]):  # type: ignore[arg-type]
             raise self.fail(path, f"invalid {kind} name '{path[-1]}': use letters, digits, '_' "
                                   "and '-', starting with a letter or '_'", at_key=True)
@@ -234,6 +169,9 @@ class _Builder:
         run = RunSettings()
         if top.get("run") is not None:
             run = self.dataclass(("run",), RunSettings, None, noun="run setting", owner="")
+        source = self.doc
+        self.population = expand(source)
+        self.doc = self.population.doc
         processes = self.processes()
         self.check_settings_used(settings, processes)
         return Topology(
@@ -243,7 +181,7 @@ class _Builder:
             connections=self.connections(),
             settings=settings,
             run=run,
-            document=self.doc.data,
+            document=source.data,  # as written: every process writes the copies out again
         )
 
     def check_settings_used(self, settings: dict[str, Any],
@@ -251,6 +189,8 @@ class _Builder:
         """Every shared setting must be a parameter of some actor: a misspelt one is an error."""
         fields = {f.name for p in processes for a in p.actors
                   for f in dataclasses.fields(a.params)}
+        if self.population.actor_templates:
+            fields.add("num_policies")  # the loader reads it: how many copies of each template
         for key in settings:
             if key in fields:
                 continue
@@ -319,10 +259,13 @@ class _Builder:
                                            f"'{owner_of[aname]}')", at_key=True)
                 owner_of[aname] = pname
                 specs_a.append(self.actor(apath))
+            origin = self.population.processes.get(pname)
             specs.append(ProcessSpec(
                 name=pname, actors=tuple(specs_a), replicas=replicas,
                 restart=restart, cpu_affinity=affinity, nice=nice,
-                location=_location(self.doc.where(path, at_key=True))))
+                location=_location(self.doc.where(path, at_key=True)),
+                template=origin.template if origin else None,
+                policy=origin.policy if origin else None))
         return tuple(specs)
 
     def actor(self, path: KeyPath) -> ActorSpec:
@@ -343,8 +286,11 @@ class _Builder:
             raise self.fail((*path, "class"), f"'{class_path}': Params must be a dataclass")
         params = self.dataclass((*path, "params"), params_cls, name, noun="parameter",
                                 owner=class_path)
+        origin = self.population.actors.get(name)
         return ActorSpec(name=name, class_path=class_path, params=params,
-                         location=_location(self.doc.where(path, at_key=True)))
+                         location=_location(self.doc.where(path, at_key=True)),
+                         template=origin.template if origin else None,
+                         policy=origin.policy if origin else None)
 
     def connections(self) -> tuple[ConnectionSpec, ...]:
         items = self.doc.get(("connections",)) or []
@@ -356,35 +302,64 @@ class _Builder:
         for i in range(len(items)):
             path: KeyPath = ("connections", i)
             self.mapping(path, CONNECTION_KEYS, required=("from", "to"))
-            source, signal = self.endpoint((*path, "from"), "signal")
-            target, slot = self.endpoint((*path, "to"), "slot")
-            carried = self.members[self.actor_classes[source]][0][signal]
-            expected = self.members[self.actor_classes[target]][1][slot]
-            if carried is not expected:
-                shown, wanted = _type_names(carried, expected)
-                raise self.fail((*path, "to"), f"signal '{signal}' of actor '{source}' carries "
-                                               f"{shown} but slot '{slot}' of actor '{target}' "
-                                               f"expects {wanted}")
-            link = (source, signal, target, slot)
-            if link in seen:
-                raise self.fail(path, f"duplicate connection (same as connections[{seen[link]}])")
-            seen[link] = i
+            ends = (self.typed((*path, "from"), str), self.typed((*path, "to"), str))
+            policies: list[int | None] = [None]
+            if any(has_placeholder(text) for text in ends):
+                self.template_endpoint((*path, "from"), ends[0])
+                self.template_endpoint((*path, "to"), ends[1])
+                policies = list(range(self.population.count))
+            mode = self.typed((*path, "mode"), DeliveryMode, "broadcast")
             coalesce = self.typed((*path, "coalesce_s"), float, 0.0)
             if coalesce < 0:
                 raise self.fail((*path, "coalesce_s"), f"must be >= 0, got {coalesce:g}")
-            specs.append(ConnectionSpec(
-                source=source, signal=signal, target=target, slot=slot,
-                mode=self.typed((*path, "mode"), DeliveryMode, "broadcast"),
-                coalesce_s=coalesce, location=_location(self.doc.where(path))))
+            for policy in policies:  # one copy per policy when an end is per-policy
+                copy = [t if policy is None else t.replace(PLACEHOLDER, str(policy)) for t in ends]
+                source, signal = self.endpoint((*path, "from"), copy[0], "signal")
+                target, slot = self.endpoint((*path, "to"), copy[1], "slot")
+                self.check_payload((*path, "to"), source, signal, target, slot)
+                link = (source, signal, target, slot)
+                if link in seen:
+                    raise self.fail(path, f"duplicate connection (same as "
+                                          f"connections[{seen[link]}])")
+                seen[link] = i
+                specs.append(ConnectionSpec(
+                    source=source, signal=signal, target=target, slot=slot, mode=mode,
+                    coalesce_s=coalesce, location=_location(self.doc.where(path)),
+                    policy=policy))
         return tuple(specs)
 
-    def endpoint(self, path: KeyPath, kind: str) -> tuple[str, str]:
-        text = self.typed(path, str)
+    def check_payload(self, path: KeyPath, source: str, signal: str, target: str,
+                      slot: str) -> None:
+        carried = self.members[self.actor_classes[source]][0][signal]
+        expected = self.members[self.actor_classes[target]][1][slot]
+        if carried is not expected:
+            shown, wanted = _type_names(carried, expected)
+            raise self.fail(path, f"signal '{signal}' of actor '{source}' carries {shown} but "
+                                  f"slot '{slot}' of actor '{target}' expects {wanted}")
+
+    def template_endpoint(self, path: KeyPath, text: str) -> None:
+        """An end of a per-policy connection names a per-policy actor, or a plain one."""
+        actor, _, member = text.partition(".")
+        if has_placeholder(member):
+            raise self.fail(path, f"'{PLACEHOLDER}' may stand only in the actor's name, "
+                                  f"got '{text}'")
+        templates = self.population.actor_templates
+        if has_placeholder(actor) and actor not in templates:
+            known = (suggest(actor, sorted(templates)) if templates else
+                     f"; no actor of this topology is per-policy (named with '{PLACEHOLDER}')")
+            raise self.fail(path, f"unknown per-policy actor '{actor}'{known}")
+
+    def endpoint(self, path: KeyPath, text: str, kind: str) -> tuple[str, str]:
+        problem = check_placeholders(text)
+        if problem:
+            raise self.fail(path, problem)
         actor, dot, member = text.partition(".")
         if not (dot and actor and member) or "." in member:
             raise self.fail(path, f"expected 'actor.{kind}', got '{text}'")
         if actor not in self.actor_classes:
-            raise self.fail(path, f"unknown actor '{actor}'{suggest(actor, self.actor_classes)}")
+            missing = self.population.missing_policy(actor)
+            raise self.fail(path, f"unknown actor '{actor}'" + (
+                f": {missing}" if missing else suggest(actor, self.actor_classes)))
         signals, slots = self.members[self.actor_classes[actor]]
         names = signals if kind == "signal" else slots
         if member not in names:

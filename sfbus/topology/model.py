@@ -29,6 +29,10 @@ class ActorSpec:
     class_path: str
     params: Any
     location: Location | None = None
+    template: str | None = None
+    """For a per-policy copy: the name it was written as (``learner_<policy>``)."""
+    policy: int | None = None
+    """For a per-policy copy: its policy id."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,10 @@ class ProcessSpec:
     cpu_affinity: tuple[int, ...] | None = None
     nice: int = 0
     location: Location | None = None
+    template: str | None = None
+    """For a per-policy copy: the name it was written as (``learner_<policy>``)."""
+    policy: int | None = None
+    """For a per-policy copy: its policy id."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,8 @@ class ConnectionSpec:
     """Seconds a delivery to another process may wait to share a frame with later ones (for
     statistics: fewer wake-ups of the receiver); 0 sends it when the loop iteration ends."""
     location: Location | None = None
+    policy: int | None = None
+    """For a copy of a per-policy connection (an end named ``x_<policy>``): its policy id."""
 
 
 @dataclass(frozen=True)

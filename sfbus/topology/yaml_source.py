@@ -129,7 +129,7 @@ class Document:
 
     def merged_over(self, base: Document) -> Document:
         """This document deep-merged over ``base``: mappings merge, this one wins elsewhere."""
-        data = _deep_merge(base.data, self.data)
+        data = deep_merge(base.data, self.data)
         merged = Document(self.file, data)
         for mine, theirs, out in ((self.value_at, base.value_at, merged.value_at),
                                   (self.key_at, base.key_at, merged.key_at)):
@@ -263,11 +263,12 @@ def _record(doc: Document, path: KeyPath, value: Any, where: Where) -> None:
             _record(doc, (*path, i), item, where)
 
 
-def _deep_merge(base: Any, top: Any) -> Any:
+def deep_merge(base: Any, top: Any) -> Any:
+    """``top`` merged over ``base``: mappings merge key by key, anything else is replaced."""
     if isinstance(base, dict) and isinstance(top, dict):
         out = dict(base)
         for key, value in top.items():
-            out[key] = _deep_merge(base[key], value) if key in base else value
+            out[key] = deep_merge(base[key], value) if key in base else value
         return out
     return top
 

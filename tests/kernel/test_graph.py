@@ -49,3 +49,56 @@ def test_dot(demo: Topology) -> None:
 def test_unknown_format(demo: Topology) -> None:
     with pytest.raises(ValueError, match="unknown graph format 'svg'"):
         render_graph(demo, "svg")  # type: ignore[arg-type]
+
+
+POPULATION = """\
+settings: {num_policies: 3, total: 5}
+processes:
+  worker_<policy>:
+    actors:
+      producer_<policy>: {class: sample_actors:Producer, params: {count: <policy>}}
+  main:
+    actors:
+      consumer_<policy>: {class: sample_actors:Consumer}
+      sink: {class: sample_actors:Consumer}
+connections:
+  - {from: producer_<policy>.item_ready, to: consumer_<policy>.on_item_ready, mode: any}
+  - {from: producer_<policy>.item_ready, to: sink.on_item_ready}
+  - {from: producer_1.finished, to: sink.on_finished}
+"""
+
+
+@pytest.fixture
+def population(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Load POPULATION with ``num_policies`` policies."""
+    monkeypatch.syspath_prepend(str(KERNEL))
+    (tmp_path / "population.yaml").write_text(POPULATION)
+    return lambda count: load_topology(tmp_path / "population.yaml", [f"num_policies={count}"])
+
+
+def test_per_policy_copies_are_drawn_once(population) -> None:
+    lines = render_graph(population(3), "mermaid").splitlines()
+    assert lines == [
+        "flowchart LR",
+        '    subgraph p_worker__policy_["worker_#lt;policy#gt; (x1) per policy 0..2"]',
+        '        a_producer__policy_["producer_#lt;policy#gt; per policy 0..2<br/>'
+        'sample_actors:Producer"]',
+        "    end",
+        '    subgraph p_main["main (x1)"]',
+        '        a_consumer__policy_["consumer_#lt;policy#gt; per policy 0..2<br/>'
+        'sample_actors:Consumer"]',
+        '        a_sink["sink<br/>sample_actors:Consumer"]',
+        "    end",
+        '    a_producer__policy_ -.->|"item_ready → on_item_ready [any]"| a_consumer__policy_',
+        '    a_producer__policy_ -->|"item_ready → on_item_ready"| a_sink',
+        '    a_producer__policy_ -->|"finished → on_finished (policy 1)"| a_sink',
+    ]
+    dot = render_graph(population(3), "dot").splitlines()
+    assert '    subgraph "cluster_worker_<policy>" {' in dot
+    assert ('        "producer_<policy>" [label="producer_<policy> per policy 0..2\\n'
+            'sample_actors:Producer"];') in dot
+
+
+def test_the_drawing_does_not_grow_with_the_population(population) -> None:
+    assert (render_graph(population(16)).replace("0..15", "0..2")
+            == render_graph(population(3)))

@@ -250,22 +250,20 @@ def test_cartpole_evaluator_reports_at_its_cadence(tmp_path: Path) -> None:
 
 
 def two_policy_topology(folder: Path) -> Path:
-    """cartpole_pbt4.yaml cut to policies 0 and 1 without PBT, plus cartpole_eval's evaluator."""
+    """cartpole_pbt4.yaml with 2 policies and without PBT, plus cartpole_eval's evaluator."""
     doc = yaml.safe_load((TOPOLOGIES / "cartpole_pbt4.yaml").read_text())
 
-    def kept(actor: str) -> bool:
-        return actor != "pbt" and not re.search(r"_[23]\Z", actor)
+    def kept(connection: dict[str, str]) -> bool:
+        return "pbt" not in (connection["from"].split(".")[0], connection["to"].split(".")[0])
 
     doc["name"] = "cartpole_eval2"
     doc["settings"]["num_policies"] = 2
     for pbt_only in ("interval", "mutable"):  # no actor reads them without PBT: an error
         del doc["settings"][pbt_only]
-    learner = doc["processes"]["learner"]["actors"]
-    doc["processes"]["learner"]["actors"] = {k: v for k, v in learner.items() if kept(k)}
+    del doc["processes"]["learner"]["actors"]["pbt"]
     doc["processes"]["evaluator"] = yaml.safe_load(
         (TOPOLOGIES / "cartpole_eval.yaml").read_text())["processes"]["evaluator"]
-    doc["connections"] = [c for c in doc["connections"]
-                          if kept(c["from"].split(".")[0]) and kept(c["to"].split(".")[0])]
+    doc["connections"] = [c for c in doc["connections"] if kept(c)]
     path = folder / "cartpole_eval2.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path

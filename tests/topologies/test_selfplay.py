@@ -8,25 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 pytest.importorskip("vizdoom")
 
 SELFPLAY = Path(__file__).parents[2] / "topologies" / "selfplay_duel.yaml"
-
-
-def population_of_two(out: Path) -> Path:
-    """selfplay_duel.yaml cut down to policies 0 and 1 (their learners, batchers and wiring)."""
-    doc = yaml.safe_load(SELFPLAY.read_text())
-    gone = {f"{kind}_{p}" for kind in ("learner", "batcher") for p in (2, 3)}
-    actors = doc["processes"]["learner"]["actors"]
-    for name in gone:
-        del actors[name]
-    doc["connections"] = [c for c in doc["connections"]
-                          if not {c["from"].split(".")[0], c["to"].split(".")[0]} & gone]
-    doc["settings"]["num_policies"] = 2
-    out.write_text(yaml.safe_dump(doc))
-    return out
 
 
 @pytest.mark.multiprocess
@@ -35,8 +20,8 @@ def population_of_two(out: Path) -> Path:
 def test_selfplay_records_matches_and_ranks_by_win_rate(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     done = subprocess.run(
-        [sys.executable, "-m", "sfbus", "run", str(population_of_two(tmp_path / "duel2.yaml")),
-         "--run-dir", str(run_dir), "--max-seconds", "45",
+        [sys.executable, "-m", "sfbus", "run", str(SELFPLAY), "--run-dir", str(run_dir),
+         "--max-seconds", "45", "--set", "num_policies=2",
          "--set", "env_kwargs.episode_timeout=400",  # 100-step matches
          "--set", "rollout=16", "--set", "batch_size=64", "--set", "interval=500",
          "--set", "announce_every_s=2", "--set", "model.core_size=64"],
