@@ -46,9 +46,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
-    RoutingTable(topology).array_specs()  # impossible sizes are bad input: check before starting
+    # impossible sizes are bad input: check before starting
+    _check_shared_memory(RoutingTable(topology).array_specs(), free=True)
     port = topology.run.metrics_port if args.metrics_port is None else args.metrics_port
     _check_port_free(topology.run.metrics_host, port)
+    if args.resume:
+        _check_same_topology(Path(args.resume), topology.name)
     if args.resume or args.run_dir:
         run_dir = Path(args.resume or args.run_dir)
         check_run_dir(run_dir, resume=bool(args.resume))
@@ -65,6 +68,55 @@ def cmd_run(args: argparse.Namespace) -> int:
         return int(run(Supervisor(topology, topology.document, options).run()))
     finally:
         lock.release()
+
+
+_MAX_SEGMENT_BYTES = 2**63 - 1  # off_t: no file, hence no segment, can be larger
+
+
+def _check_shared_memory(specs: list, *, free: bool) -> None:
+    """Shared arrays no machine can hold are bad input; with ``free``, so are arrays that this
+    machine's ``/dev/shm`` cannot hold now (checked before the run directory is made)."""
+    import shutil
+
+    import numpy as np
+
+    from sfbus.shm import SHM_DIR
+
+    total = 0
+    for spec in specs:
+        size = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize  # Python ints: no overflow
+        if size > _MAX_SEGMENT_BYTES:
+            raise BadInput(f"shared array {spec.name!r} of shape {list(spec.shape)} would need "
+                           f"{size:.3g} bytes, more than any file can hold; use smaller buffers")
+        total += size
+    if not free or not specs:
+        return
+    try:
+        available = shutil.disk_usage(SHM_DIR).free
+    except OSError:
+        return  # no /dev/shm to measure: the run's own creation of the segments says why
+    if total > available:
+        biggest = max(specs, key=lambda s: math.prod(s.shape) * np.dtype(s.dtype).itemsize)
+        raise BadInput(f"the run's shared arrays need {total:,} bytes but {SHM_DIR} has "
+                       f"{available:,} free (the largest: {biggest.name!r} of shape "
+                       f"{list(biggest.shape)}); use smaller buffers or enlarge {SHM_DIR} "
+                       "(docker: --shm-size)")
+
+
+def _check_same_topology(run_dir: Path, name: str) -> None:
+    """``--resume`` continues a run of the same topology, never another one in its place."""
+    from sfbus.topology import load_topology
+
+    snapshot = run_dir / "topology.yaml"
+    if not snapshot.is_file():
+        return  # not a run: check_run_dir says so
+    try:
+        resumed = load_topology(snapshot).name
+    except BadInput:
+        return  # an unreadable snapshot: the actors' own restore reports what they cannot read
+    if resumed != name:
+        raise BadInput(f"--resume {run_dir}: that directory holds a run of topology "
+                       f"{resumed!r}, not {name!r}; resume it with its own topology file")
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -141,7 +193,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from sfbus.routing import RoutingTable
 
     topology = _load(args)
-    RoutingTable(topology).array_specs()
+    _check_shared_memory(RoutingTable(topology).array_specs(), free=False)
     actors = sum(len(p.actors) * p.replicas for p in topology.processes)
     processes = sum(p.replicas for p in topology.processes)
     print(f"{args.topology}: ok ({processes} processes, {actors} actors, "
@@ -203,9 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a topology", description=cmd_run.__doc__)
     _topology_args(run)
-    run.add_argument("--run-dir", help="run directory (default: runs/<topology>-<time>)")
-    run.add_argument("--resume", metavar="RUN_DIR",
-                     help="continue the run in RUN_DIR (actors restore their checkpoints)")
+    where = run.add_mutually_exclusive_group()
+    where.add_argument("--run-dir", help="run directory (default: runs/<topology>-<time>)")
+    where.add_argument("--resume", metavar="RUN_DIR",
+                       help="continue the run in RUN_DIR (actors restore their checkpoints)")
     run.add_argument("--metrics-port", type=_port, default=None,
                      help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)")
     run.add_argument("--max-seconds", type=_positive(float), default=None,

@@ -163,3 +163,58 @@ def test_a_run_directory_in_use_is_refused_naming_its_pid(
     from sfbus.rundir import RunDirLock
 
     RunDirLock(run_dir).release()
+
+
+def test_shared_arrays_no_file_can_hold_are_bad_input(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cartpole = str(Path(__file__).parents[2] / "topologies" / "cartpole.yaml")
+    huge = ["--set", "num_envs=100000000000000000000000"]  # was: ok, then OverflowError at run
+    assert main(["validate", cartpole, *huge]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("error: shared array 'rollout.traj.obs.obs' of shape ")
+    assert "more than any file can hold" in err
+    assert main(["run", cartpole, *huge, "--run-dir", str(tmp_path / "run")]) == 2
+    assert "more than any file can hold" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_shared_arrays_beyond_dev_shm_are_bad_input_before_the_run_dir_is_made(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cartpole = str(Path(__file__).parents[2] / "topologies" / "cartpole.yaml")
+    # 2**40 envs: fits a file, not this machine's /dev/shm (was: exit 1 and a run dir left)
+    assert main(["run", cartpole, "--set", "num_envs=1099511627776",
+                 "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("error: the run's shared arrays need ")
+    assert "/dev/shm has " in err and "'rollout.traj.obs.obs'" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_with_another_topology_is_refused_and_the_run_left_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text("{}")
+    snapshot = (Path(SUM_DEMO).read_text().replace("name: sum_demo", "name: other_demo"))
+    assert "name: other_demo" in snapshot
+    (run_dir / "topology.yaml").write_text(snapshot)
+    before = sorted(p.name for p in run_dir.iterdir())
+    assert main(["run", SUM_DEMO, "--resume", str(run_dir)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --resume {run_dir}: that directory holds a run of topology 'other_demo', not "
+        "'sum_demo'; resume it with its own topology file\n")
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+    assert (run_dir / "topology.yaml").read_text() == snapshot
+
+
+def test_resume_and_run_dir_together_are_refused(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:  # was: --run-dir silently ignored
+        main(["run", SUM_DEMO, "--resume", str(tmp_path), "--run-dir", str(tmp_path / "x")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: sfbus run: argument --run-dir: not allowed with argument --resume "
+        "(see sfbus run --help)\n")
+    assert not (tmp_path / "x").exists()
