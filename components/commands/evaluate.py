@@ -21,6 +21,8 @@ from typing import Any
 from components.commands.enjoy import (
     EnjoyError,
     build_from_checkpoint,
+    check_seeds,
+    check_writable_dir,
     learners,
     make_play_env,
     read_checkpoint,
@@ -56,13 +58,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Run ``sfbus eval``; bad input is one ``error:`` line on stderr and exit code 2."""
+    out = Path(args.out) if args.out else Path(args.run_dir) / "eval"
     try:
         jobs = _check(args)
+        check_writable_dir(out, "--out")  # the last check: a refusal leaves no folder behind
     except EnjoyError as error:
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
-    out = Path(args.out) if args.out else Path(args.run_dir) / "eval"
-    out.mkdir(parents=True, exist_ok=True)
     for params, path, state in jobs:
         start = time.perf_counter()
         rows = evaluate(params, state, episodes=args.episodes, envs=args.envs,
@@ -81,6 +83,7 @@ def _check(args: argparse.Namespace) -> list[tuple[Any, Path, dict]]:
         raise EnjoyError(f"--episodes must be >= 1, not {args.episodes}")
     if args.envs < 1:
         raise EnjoyError(f"--envs must be >= 1, not {args.envs}")
+    check_seeds(args.seed, args.episodes)
     run_dir = Path(args.run_dir)
     found = learners(run_dir)
     wanted = args.policy or sorted(found)

@@ -27,7 +27,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from components.commands.enjoy import EnjoyError, learner_params, make_play_env, read_checkpoint
+from components.commands.enjoy import (
+    EnjoyError,
+    check_writable_file,
+    learner_params,
+    make_play_env,
+    read_checkpoint,
+)
 from components.envs import EnvSpec
 from components.models.policy import Policy
 
@@ -74,7 +80,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         env.close()
     policy = Policy(spec, params)
     policy.load_state_dict(state["policy"])
-    names = export_onnx(policy, spec, out, state.get("returns_normalizer"))
+    try:
+        names = export_onnx(policy, spec, out, state.get("returns_normalizer"))
+    except OSError as error:  # the folder went away or filled up while exporting
+        print(f"error: --onnx {out}: cannot write it: {error.strerror or error}",
+              file=sys.stderr)
+        return 1
     print(f"policy {params.policy} of {run_dir}: {path.name} (version {state['version']}) -> "
           f"{out}; inputs {', '.join(names[0])}; outputs {', '.join(names[1])}")
     return 0
@@ -87,6 +98,7 @@ def _check_output(out: Path) -> Path:
         raise EnjoyError(f"--onnx {out}: is a directory")
     if not out.parent.is_dir():
         raise EnjoyError(f"--onnx {out}: no such directory {out.parent}")
+    check_writable_file(out, "--onnx")
     return out
 
 
