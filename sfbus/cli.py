@@ -30,7 +30,11 @@ BAD_INPUT = 2
 def _load(args: argparse.Namespace):
     from sfbus.topology import load_topology
 
-    return load_topology(args.topology, getattr(args, "set", None) or ())
+    try:
+        return load_topology(args.topology, getattr(args, "set", None) or ())
+    except RecursionError:  # PyYAML composes nodes recursively: [[[[...]]]] a few k deep
+        raise BadInput(f"{args.topology}: the topology (or a --set value) is nested too deeply "
+                       "to read") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -96,6 +96,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             topology = load_topology(args.topology, overrides)
         except BadInput as error:
             raise BadInput(f"sweep combination {name}: {error}") from None
+        except RecursionError:  # PyYAML composes nodes recursively: [[[[...]]]] a few k deep
+            raise BadInput(f"sweep combination {name}: the topology (or a --set or --grid "
+                           "value) is nested too deeply to read") from None
     assert topology is not None
     if args.slurm is not None:
         _check_slurm_out(Path(args.slurm))

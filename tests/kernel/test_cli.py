@@ -218,3 +218,17 @@ def test_resume_and_run_dir_together_are_refused(tmp_path: Path,
         "error: sfbus run: argument --run-dir: not allowed with argument --resume "
         "(see sfbus run --help)\n")
     assert not (tmp_path / "x").exists()
+
+
+def test_a_value_nested_too_deeply_is_one_line_not_a_recursion_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    deep = "[" * 20000 + "]" * 20000
+    nested = tmp_path / "nested.yaml"
+    nested.write_text(f"name: nested\nsettings: {{count: {deep}}}\n")
+    for argv in (["validate", str(nested)], ["validate", SUM_DEMO, "--set", f"count={deep}"],
+                 ["sweep", SUM_DEMO, "--grid", f"count=1,{deep}", "--slurm",
+                  str(tmp_path / "s.sh"), "--sweep-dir", str(tmp_path / "sweep")]):
+        assert main(argv) == 2, argv[:2]  # was: a RecursionError traceback, exit 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is nested too deeply to read" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nested.yaml"]
