@@ -306,7 +306,10 @@ def _topology_args(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.app_dir):  # a typo would only show later as a missing module
+        parser.error(f"argument --app-dir: {args.app_dir}: no such directory")
     _use_app_dir(args.app_dir)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -232,3 +232,16 @@ def test_a_value_nested_too_deeply_is_one_line_not_a_recursion_error(
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "is nested too deeply to read" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nested.yaml"]
+
+
+def test_an_app_dir_that_is_not_a_directory_is_refused(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for app_dir in (str(tmp_path / "missing"), str(a_file)):
+        with pytest.raises(SystemExit) as exit_info:  # was: accepted, put on the import path
+            main(["--app-dir", app_dir, "validate", SUM_DEMO])
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err == (
+            f"error: sfbus: argument --app-dir: {app_dir}: no such directory "
+            "(see sfbus --help)\n")
