@@ -235,3 +235,23 @@ def test_unusable_video_bad_fps_and_bad_seed_are_one_error_line(cartpole_run, tm
         assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
         assert "episode" not in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_enjoy_eval_and_export_take_the_best_checkpoint(tmp_path, capsys):
+    run = make_run(tmp_path / "run", "cartpole.yaml")
+    newest = next((run / "checkpoints" / "policy_0").glob("checkpoint_*.pt"))
+    state = torch.load(newest, weights_only=True)
+    save_checkpoint(run / "checkpoints" / "policy_0" / "best", {**state, "version": 9}, 9, keep=1)
+    code, out, err = enjoy(capsys, str(run), "--checkpoint", "best", "--episodes", "1",
+                           "--max-steps", "3")
+    assert code == 0, err
+    assert "checkpoint_000000009.pt (version 9," in out
+    assert main(["eval", str(run), "--checkpoint", "best", "--episodes", "1",
+                 "--out", str(tmp_path / "eval")]) == 0
+    assert "(checkpoint_000000009.pt, version 9)" in capsys.readouterr().out
+    assert main(["export", str(run), "--checkpoint", "best", "--onnx",
+                 str(tmp_path / "p.onnx")]) == 0
+    assert "checkpoint_000000009.pt (version 9) -> " in capsys.readouterr().out
+    # without --checkpoint: the newest, not the best
+    code, out, err = enjoy(capsys, str(run), "--episodes", "1", "--max-steps", "3")
+    assert code == 0 and f"{newest.name} (version 7," in out
