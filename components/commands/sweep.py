@@ -102,6 +102,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     assert topology is not None
     if args.slurm is not None:
         _check_slurm_out(Path(args.slurm))
+        # the folder's name and path go into #SBATCH comment lines, where shell quoting does not
+        # hold: a newline would end the comment and run the rest as a command of the script
+        for name, text in (("--sweep-dir", args.sweep_dir or ""),
+                           ("the working directory", str(Path.cwd())),
+                           ("the topology's name", topology.name)):
+            if any(ord(char) < 32 or ord(char) == 127 for char in text):
+                raise BadInput(f"--slurm: {name} {text!r} holds a control character (a newline?),"
+                               " which cannot be written into the script's #SBATCH lines")
     made = not args.sweep_dir or not Path(args.sweep_dir).exists()
     sweep_dir = _make_sweep_dir(args.sweep_dir, topology.name)
     runs = [Combination(name, [f"{k}={v}" for k, v in zip(keys, combo, strict=True)],

@@ -151,6 +151,18 @@ def test_a_slurm_sweep_records_its_runs_for_plot(tmp_path: Path, capsys) -> None
     text = (tmp_path / "s.sh").read_text()
     assert all(str(p) in text for p in sweep_runs(sweep_dir))
 
+
+def test_a_sweep_dir_with_a_newline_cannot_add_commands_to_the_slurm_script(
+        tmp_path: Path, capsys) -> None:
+    # was: the name ended the #SBATCH comment line; its rest ran as a command of the script
+    sweep_dir = f"{tmp_path}/sw\ntouch {tmp_path}/PWNED #"
+    assert main(["sweep", TOPOLOGY, "--grid", "seed=0,1", "--sweep-dir", sweep_dir,
+                 "--slurm", str(tmp_path / "s.sh")]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"error: --slurm: --sweep-dir {sweep_dir!r} holds a control character")
+    assert err.count("\n") == 1 and out == ""
+    assert list(tmp_path.iterdir()) == []
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)
 def test_ctrl_c_stops_every_run_and_records_how_they_ended(tmp_path: Path) -> None:
