@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sfbus import BadInput
+
 BAD_INPUT = 2
 _VIDEO_FORMATS = (".mp4", ".gif")
 _DOOM_TICS_PER_SECOND = 35.0  # VizDoom's game clock; default video rate for envs without one
@@ -65,9 +67,8 @@ def cmd_enjoy(args: argparse.Namespace) -> int:
     """Run ``sfbus enjoy``; bad input is one ``error:`` line on stderr and exit code 2."""
     try:
         return enjoy(args)
-    except EnjoyError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return BAD_INPUT
+    except EnjoyError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
+        raise BadInput(str(error)) from None
 
 
 def enjoy(args: argparse.Namespace) -> int:

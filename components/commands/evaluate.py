@@ -27,6 +27,7 @@ from components.commands.enjoy import (
     make_play_env,
     read_checkpoint,
 )
+from sfbus import BadInput
 
 BAD_INPUT = 2
 COLUMNS = ("seed", "agent", "return", "true_return", "length")
@@ -62,9 +63,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         jobs = _check(args)
         check_writable_dir(out, "--out")  # the last check: a refusal leaves no folder behind
-    except EnjoyError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return BAD_INPUT
+    except EnjoyError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
+        raise BadInput(str(error)) from None
     for params, path, state in jobs:
         start = time.perf_counter()
         rows = evaluate(params, state, episodes=args.episodes, envs=args.envs,

@@ -19,7 +19,6 @@ import argparse
 import copy
 import logging
 import os
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from components.commands.enjoy import (
 )
 from components.envs import EnvSpec
 from components.models.policy import Policy
+from sfbus import BadInput, SfbusError
 
 BAD_INPUT = 2
 OPSET = 18
@@ -70,9 +70,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         run_dir = Path(args.run_dir)
         params = learner_params(run_dir, args.policy)
         path, state = read_checkpoint(run_dir, params, args.checkpoint)
-    except EnjoyError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return BAD_INPUT
+    except EnjoyError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
+        raise BadInput(str(error)) from None
     env = make_play_env(params, render=False)
     try:
         spec = env.spec
@@ -82,10 +81,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     policy.load_state_dict(state["policy"])
     try:
         names = export_onnx(policy, spec, out, state.get("returns_normalizer"))
-    except OSError as error:  # the folder went away or filled up while exporting
-        print(f"error: --onnx {out}: cannot write it: {error.strerror or error}",
-              file=sys.stderr)
-        return 1
+    except OSError as error:  # the folder went away or filled up while exporting: exit 1
+        raise SfbusError(f"--onnx {out}: cannot write it: {error.strerror or error}") from None
     print(f"policy {params.policy} of {run_dir}: {path.name} (version {state['version']}) -> "
           f"{out}; inputs {', '.join(names[0])}; outputs {', '.join(names[1])}")
     return 0

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sfbus import BadInput
+
 BAD_INPUT = 2
 FIGURES = ("reward_vs_frames", "reward_vs_time", "fps_vs_time", "lag_vs_frames")
 
@@ -76,9 +78,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
         folders = expand_sweeps([Path(run) for run in args.run_dirs])
         runs = [read_progress(folder) for folder in folders]
         _check_out(out)
-    except PlotError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return BAD_INPUT
+    except PlotError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
+        raise BadInput(str(error)) from None
     for run, folder in zip(runs, folders, strict=True):
         if run.skipped:
             print(f"warning: {folder}: skipped {run.skipped} unreadable line(s) of progress.jsonl",

@@ -245,3 +245,14 @@ def test_an_app_dir_that_is_not_a_directory_is_refused(tmp_path: Path,
         assert capsys.readouterr().err == (
             f"error: sfbus: argument --app-dir: {app_dir}: no such directory "
             "(see sfbus --help)\n")
+
+
+@pytest.mark.parametrize("command", [["eval"], ["enjoy"], ["export", "--onnx", "x.onnx"],
+                                     ["plot"]])
+def test_a_tools_error_naming_a_path_with_a_newline_stays_one_line(
+        command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    odd = str(tmp_path / "no\nrun")
+    assert main([command[0], odd, *command[1:]]) == 2  # was: two lines (the tools printed)
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert str(tmp_path / "no\\nrun") in err
