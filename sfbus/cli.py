@@ -13,6 +13,7 @@ import argparse
 import logging
 import math
 import os
+import re
 import socket
 import sys
 from collections.abc import Callable
@@ -60,7 +61,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_dir = Path(args.resume or args.run_dir)
         check_run_dir(run_dir, resume=bool(args.resume))
     else:
-        run_dir = new_run_dir(topology.name if rank is None else f"{topology.name}-rank{rank}")
+        name = topology.name if rank is None else f"{topology.name}-rank{rank}"
+        run_dir = new_run_dir(_file_name(name))
     lock = RunDirLock(run_dir)  # held until this process exits
     options = RunOptions(run_dir=run_dir, max_seconds=args.max_seconds,
                          max_frames=args.max_frames, metrics_port=port)
@@ -121,6 +123,12 @@ def _check_same_topology(run_dir: Path, name: str) -> None:
     if resumed != name:
         raise BadInput(f"--resume {run_dir}: that directory holds a run of topology "
                        f"{resumed!r}, not {name!r}; resume it with its own topology file")
+
+
+def _file_name(name: str) -> str:
+    """``name`` as one file name under ``runs/``: a topology named ``../../x`` or ``a/b`` must
+    not put its run directory elsewhere."""
+    return re.sub(r"[^A-Za-z0-9._+=-]", "_", name).lstrip(".") or "run"
 
 
 def _check_port_free(host: str, port: int) -> None:

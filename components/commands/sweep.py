@@ -156,7 +156,7 @@ def _make_sweep_dir(given: str | None, topology_name: str) -> Path:
 
     if not given:
         try:
-            return new_run_dir(f"sweep-{topology_name}")
+            return new_run_dir(f"sweep-{safe_name(topology_name)}")  # one folder under runs/
         except OSError as error:
             raise BadInput(f"cannot make the sweep's folder under runs/: "
                            f"{error.strerror or error}") from None

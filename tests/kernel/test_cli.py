@@ -256,3 +256,21 @@ def test_a_tools_error_naming_a_path_with_a_newline_stays_one_line(
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert str(tmp_path / "no\\nrun") in err
+
+
+def test_a_topology_name_cannot_put_its_run_directory_outside_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    escaping = work / "escaping.yaml"
+    escaping.write_text(f"name: ../../escaped\nextends: {SUM_DEMO}\n")
+    assert main(["run", str(escaping)]) == 0  # was: tmp_path/escaped-<time>, beside work/
+    (run_dir,) = (work / "runs").iterdir()
+    assert run_dir.name.startswith("_.._escaped-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+    assert main(["sweep", str(escaping), "--grid", "count=1,2", "--slurm",
+                 str(work / "s.sh")]) == 0
+    assert sorted(p.name for p in (work / "runs").iterdir())[1].startswith("sweep-.._.._escaped-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
