@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -131,14 +132,21 @@ def write_csv(path: Path, rows: list[Any]) -> dict[str, float]:
     }
     true_returns = [r.true_return for r in rows if not math.isnan(r.true_return)]
     mean["true_return"] = sum(true_returns) / len(true_returns) if true_returns else math.nan
-    with path.open("w", newline="") as file:
-        writer = csv.writer(file)
-        writer.writerow(COLUMNS)
-        for r in rows:
-            writer.writerow((r.seed, r.agent, repr(r.episode_return), _blank_nan(r.true_return),
-                             r.length))
-        writer.writerow(("mean", "", repr(mean["return"]), _blank_nan(mean["true_return"]),
-                         repr(mean["length"])))
+    # whole or not at all: a killed eval, or two at once into one folder, never leave a CSV
+    # that is half of one and half of the other
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with partial.open("w", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(COLUMNS)
+            for r in rows:
+                writer.writerow((r.seed, r.agent, repr(r.episode_return),
+                                 _blank_nan(r.true_return), r.length))
+            writer.writerow(("mean", "", repr(mean["return"]), _blank_nan(mean["true_return"]),
+                             repr(mean["length"])))
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return mean
 
 

@@ -140,3 +140,28 @@ def test_unusable_out_bad_seeds_and_a_foreign_file_are_one_error_line(cartpole_r
         assert stdout == ""
     assert not out.exists()
     assert a_file.read_text() == "not a checkpoint"
+
+
+def test_the_csv_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    from components.commands import evaluate as evaluate_module
+    from components.evaluation.seeded_episodes import SeededEpisode
+
+    rows = [SeededEpisode(s, 0, 1.0, math.nan, 3) for s in range(3)]
+    out = tmp_path / "eval_policy_0.csv"
+    out.write_text("an earlier evaluation\n")
+
+    class Broken:
+        def __init__(self, *args):
+            self.calls = 0
+
+        def writerow(self, row):
+            self.calls += 1
+            if self.calls == 3:
+                raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(evaluate_module.csv, "writer", Broken)
+    with pytest.raises(OSError, match="No space left"):
+        evaluate_module.write_csv(out, rows)
+    # was: the earlier file truncated to half a new one
+    assert out.read_text() == "an earlier evaluation\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval_policy_0.csv"]
