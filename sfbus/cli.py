@@ -135,6 +135,9 @@ def _check_port_free(host: str, port: int) -> None:
     """The metrics port must be one this process can bind, checked before anything starts."""
     if not port:
         return
+    if not host.strip():  # bind() takes "" as every interface; the metrics server refuses it
+        raise BadInput(f"--metrics-port {port}: run.metrics_host is empty; name the address to "
+                       "serve on (127.0.0.1: this machine only, 0.0.0.0: every interface)")
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
         # as the metrics server binds it: a port in TIME_WAIT is free
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -274,3 +274,15 @@ def test_a_topology_name_cannot_put_its_run_directory_outside_runs(
                  str(work / "s.sh")]) == 0
     assert sorted(p.name for p in (work / "runs").iterdir())[1].startswith("sweep-.._.._escaped-")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+
+
+def test_an_empty_metrics_host_is_refused_before_anything_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # was: the probe bound every interface, then the metrics server's getaddrinfo("") raised
+    # a gaierror traceback after the run directory was made
+    assert main(["run", SUM_DEMO, "--set", 'run.metrics_host=""', "--metrics-port", "9",
+                 "--run-dir", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == (
+        "error: --metrics-port 9: run.metrics_host is empty; name the address to serve on "
+        "(127.0.0.1: this machine only, 0.0.0.0: every interface)\n")
+    assert not (tmp_path / "run").exists()
