@@ -34,6 +34,7 @@ from typing import Any
 
 from sfbus import BadInput
 
+MAX_RUNS = 10_000  # each combination is validated first (~25 ms each)
 STOP_GRACE_S = 120.0  # a run's own graceful stop saves checkpoints; then it is killed
 
 
@@ -85,6 +86,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     keys = [key for key, _ in grids]
     if len(set(keys)) < len(keys):
         raise BadInput(f"--grid: a key is given twice ({', '.join(keys)})")
+    count = math.prod(len(values) for _, values in grids)
+    if count > MAX_RUNS:  # before the product is built: 10 grids of 10 values would not fit
+        raise BadInput(f"--grid: {' x '.join(str(len(v)) for _, v in grids)} = {count:,} runs; "
+                       f"a sweep holds at most {MAX_RUNS:,} (split it into several)")
     topology = None
     combos = list(itertools.product(*(values for _, values in grids)))
     names = [f"{i:02d}-" + safe_name(",".join(f"{k}={v}" for k, v in zip(keys, combo,

@@ -101,6 +101,11 @@ def test_bad_grid_is_one_error_line_and_nothing_started(tmp_path: Path, capsys) 
             "sweep combination 01-appo.lr=-1: --set: settings.appo.lr: lr must be > 0.0",
         ("--grid", "seed=1", "--grid", "seed=2"): "a key is given twice",
         ("--grid", "seed=1", "--parallel", "0"): "--parallel must be >= 1",
+        # was: the product built in memory (10**12 combinations here), then each validated
+        tuple(arg for key in ("seed", "num_envs", "rollout", "batch_size", "appo.lr", "appo.gamma")
+              for arg in ("--grid", f"{key}=" + ",".join(str(v) for v in range(1, 101)))):
+            "--grid: 100 x 100 x 100 x 100 x 100 x 100 = 1,000,000,000,000 runs; a sweep holds "
+            "at most 10,000",
     }
     for args, message in cases.items():
         code = main(["sweep", TOPOLOGY, *args, "--sweep-dir", str(sweep_dir)])
