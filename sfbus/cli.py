@@ -56,6 +56,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     port = topology.run.metrics_port if args.metrics_port is None else args.metrics_port
     _check_port_free(topology.run.metrics_host, port)
     if args.resume:
+        if args.run_dir and Path(args.run_dir).resolve() != Path(args.resume).resolve():
+            raise BadInput(f"--resume {args.resume} --run-dir {args.run_dir}: a resumed run "
+                           "stays in its own directory; give one of them")
         _check_same_topology(Path(args.resume), topology.name)
     if args.resume or args.run_dir:
         run_dir = Path(args.resume or args.run_dir)
@@ -270,10 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a topology", description=cmd_run.__doc__)
     _topology_args(run)
-    where = run.add_mutually_exclusive_group()
-    where.add_argument("--run-dir", help="run directory (default: runs/<topology>-<time>)")
-    where.add_argument("--resume", metavar="RUN_DIR",
-                       help="continue the run in RUN_DIR (actors restore their checkpoints)")
+    run.add_argument("--run-dir", help="run directory (default: runs/<topology>-<time>)")
+    run.add_argument("--resume", metavar="RUN_DIR",
+                     help="continue the run in RUN_DIR (actors restore their checkpoints)")
     run.add_argument("--metrics-port", type=_port, default=None,
                      help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)")
     run.add_argument("--max-seconds", type=_positive(float), default=None,
