@@ -13,6 +13,7 @@ import argparse
 import logging
 import math
 import os
+import re
 import socket
 import sys
 from collections.abc import Callable
@@ -30,7 +31,11 @@ BAD_INPUT = 2
 def _load(args: argparse.Namespace):
     from sfbus.topology import load_topology
 
-    return load_topology(args.topology, getattr(args, "set", None) or ())
+    try:
+        return load_topology(args.topology, getattr(args, "set", None) or ())
+    except RecursionError:  # PyYAML composes nodes recursively: [[[[...]]]] a few k deep
+        raise BadInput(f"{args.topology}: the topology (or a --set value) is nested too deeply "
+                       "to read") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -46,14 +51,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
-    RoutingTable(topology).array_specs()  # impossible sizes are bad input: check before starting
+    # impossible sizes are bad input: check before starting
+    _check_shared_memory(RoutingTable(topology).array_specs(), free=True)
     port = topology.run.metrics_port if args.metrics_port is None else args.metrics_port
     _check_port_free(topology.run.metrics_host, port)
+    if args.resume:
+        if args.run_dir and Path(args.run_dir).resolve() != Path(args.resume).resolve():
+            raise BadInput(f"--resume {args.resume} --run-dir {args.run_dir}: a resumed run "
+                           "stays in its own directory; give one of them")
+        _check_same_topology(Path(args.resume), topology.name)
     if args.resume or args.run_dir:
         run_dir = Path(args.resume or args.run_dir)
         check_run_dir(run_dir, resume=bool(args.resume))
     else:
-        run_dir = new_run_dir(topology.name if rank is None else f"{topology.name}-rank{rank}")
+        name = topology.name if rank is None else f"{topology.name}-rank{rank}"
+        run_dir = new_run_dir(_file_name(name))
     lock = RunDirLock(run_dir)  # held until this process exits
     options = RunOptions(run_dir=run_dir, max_seconds=args.max_seconds,
                          max_frames=args.max_frames, metrics_port=port)
@@ -67,10 +79,68 @@ def cmd_run(args: argparse.Namespace) -> int:
         lock.release()
 
 
+_MAX_SEGMENT_BYTES = 2**63 - 1  # off_t: no file, hence no segment, can be larger
+
+
+def _check_shared_memory(specs: list, *, free: bool) -> None:
+    """Shared arrays no machine can hold are bad input; with ``free``, so are arrays that this
+    machine's ``/dev/shm`` cannot hold now (checked before the run directory is made)."""
+    import shutil
+
+    import numpy as np
+
+    from sfbus.shm import SHM_DIR
+
+    total = 0
+    for spec in specs:
+        size = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize  # Python ints: no overflow
+        if size > _MAX_SEGMENT_BYTES:
+            raise BadInput(f"shared array {spec.name!r} of shape {list(spec.shape)} would need "
+                           f"{size:.3g} bytes, more than any file can hold; use smaller buffers")
+        total += size
+    if not free or not specs:
+        return
+    try:
+        available = shutil.disk_usage(SHM_DIR).free
+    except OSError:
+        return  # no /dev/shm to measure: the run's own creation of the segments says why
+    if total > available:
+        biggest = max(specs, key=lambda s: math.prod(s.shape) * np.dtype(s.dtype).itemsize)
+        raise BadInput(f"the run's shared arrays need {total:,} bytes but {SHM_DIR} has "
+                       f"{available:,} free (the largest: {biggest.name!r} of shape "
+                       f"{list(biggest.shape)}); use smaller buffers or enlarge {SHM_DIR} "
+                       "(docker: --shm-size)")
+
+
+def _check_same_topology(run_dir: Path, name: str) -> None:
+    """``--resume`` continues a run of the same topology, never another one in its place."""
+    from sfbus.topology import load_topology
+
+    snapshot = run_dir / "topology.yaml"
+    if not snapshot.is_file():
+        return  # not a run: check_run_dir says so
+    try:
+        resumed = load_topology(snapshot).name
+    except BadInput:
+        return  # an unreadable snapshot: the actors' own restore reports what they cannot read
+    if resumed != name:
+        raise BadInput(f"--resume {run_dir}: that directory holds a run of topology "
+                       f"{resumed!r}, not {name!r}; resume it with its own topology file")
+
+
+def _file_name(name: str) -> str:
+    """``name`` as one file name under ``runs/``: a topology named ``../../x`` or ``a/b`` must
+    not put its run directory elsewhere."""
+    return re.sub(r"[^A-Za-z0-9._+=-]", "_", name).lstrip(".") or "run"
+
+
 def _check_port_free(host: str, port: int) -> None:
     """The metrics port must be one this process can bind, checked before anything starts."""
     if not port:
         return
+    if not host.strip():  # bind() takes "" as every interface; the metrics server refuses it
+        raise BadInput(f"--metrics-port {port}: run.metrics_host is empty; name the address to "
+                       "serve on (127.0.0.1: this machine only, 0.0.0.0: every interface)")
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
         # as the metrics server binds it: a port in TIME_WAIT is free
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -141,7 +211,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from sfbus.routing import RoutingTable
 
     topology = _load(args)
-    RoutingTable(topology).array_specs()
+    _check_shared_memory(RoutingTable(topology).array_specs(), free=False)
     actors = sum(len(p.actors) * p.replicas for p in topology.processes)
     processes = sum(p.replicas for p in topology.processes)
     print(f"{args.topology}: ok ({processes} processes, {actors} actors, "
@@ -249,7 +319,10 @@ def _topology_args(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.app_dir):  # a typo would only show later as a missing module
+        parser.error(f"argument --app-dir: {args.app_dir}: no such directory")
     _use_app_dir(args.app_dir)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

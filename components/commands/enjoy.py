@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from sfbus import BadInput
 
 BAD_INPUT = 2
 _VIDEO_FORMATS = (".mp4", ".gif")
@@ -64,9 +67,8 @@ def cmd_enjoy(args: argparse.Namespace) -> int:
     """Run ``sfbus enjoy``; bad input is one ``error:`` line on stderr and exit code 2."""
     try:
         return enjoy(args)
-    except EnjoyError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return BAD_INPUT
+    except EnjoyError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
+        raise BadInput(str(error)) from None
 
 
 def enjoy(args: argparse.Namespace) -> int:
@@ -75,8 +77,10 @@ def enjoy(args: argparse.Namespace) -> int:
         raise EnjoyError(f"--episodes must be >= 1, not {args.episodes}")
     if args.max_steps is not None and args.max_steps < 1:
         raise EnjoyError(f"--max-steps must be >= 1, not {args.max_steps}")
-    if args.fps is not None and args.fps <= 0:
-        raise EnjoyError(f"--fps must be > 0, not {args.fps:g}")
+    if args.fps is not None and not 0 < args.fps < math.inf:
+        raise EnjoyError(f"--fps must be a finite number > 0, not {args.fps:g}")
+    if args.seed is not None:
+        check_seeds(args.seed, 1)
     video = Path(args.video) if args.video else None
     if video is not None and video.suffix.lower() not in _VIDEO_FORMATS:
         raise EnjoyError(f"--video {video}: unsupported format {video.suffix or '(none)'!r}; "
@@ -84,6 +88,8 @@ def enjoy(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     params = learner_params(run_dir, args.policy)
     path, state = read_checkpoint(run_dir, params, args.checkpoint)
+    if video is not None:
+        check_writable_file(video, "--video")
     print(f"policy {params.policy} of {run_dir}: {path.name} (version {state['version']}, "
           f"{state['env_frames']:,} env frames), env {params.env}")
     env = make_play_env(params, render=video is not None)
@@ -110,6 +116,44 @@ def enjoy(args: argparse.Namespace) -> int:
     if writer is not None:
         print(f"video {video}: {writer.frames} frames, {writer.size[0]}x{writer.size[1]}")
     return 0
+
+
+MAX_SEED = 2**32 - 1  # envs take 32-bit seeds (VizDoom's, numpy's legacy generators)
+
+
+def check_seeds(first: int, count: int) -> None:
+    """Seeds ``first .. first + count - 1`` must all be ones every env accepts."""
+    if first < 0 or first + count - 1 > MAX_SEED:
+        span = f"--seed {first}" if count == 1 else f"--seed {first} with {count} episodes"
+        raise EnjoyError(f"{span}: seeds must lie in 0..{MAX_SEED}")
+
+
+def check_writable_file(path: Path, flag: str) -> None:
+    """``path`` can be written (its folder made if missing): checked before any work, and left
+    as it was (a probe file this creates is removed)."""
+    if path.is_dir():
+        raise EnjoyError(f"{flag} {path}: is a directory")
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("ab"):
+            pass
+    except OSError as error:
+        raise EnjoyError(f"{flag} {path}: cannot write it: {error.strerror or error}") from None
+    if not existed:
+        path.unlink(missing_ok=True)
+
+
+def check_writable_dir(path: Path, flag: str) -> None:
+    """``path`` is (or can be made) a folder to write files into; made now."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".sfbus-probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise EnjoyError(f"{flag} {path}: cannot write files there: "
+                         f"{error.strerror or error}") from None
 
 
 def learners(run_dir: Path) -> dict[int, Any]:
@@ -148,6 +192,7 @@ def read_checkpoint(run_dir: Path, params: Any, checkpoint: str | None) -> tuple
     (``"best"``, see :mod:`components.learning.checkpoint_schedule`), or its newest (None)."""
     from components.learning.checkpoint import (
         CheckpointError,
+        UnreadableCheckpoint,
         config_fingerprint,
         load_checkpoint,
         load_newest,
@@ -167,7 +212,11 @@ def read_checkpoint(run_dir: Path, params: Any, checkpoint: str | None) -> tuple
             path = Path(checkpoint)
             if not path.is_file():
                 raise EnjoyError(f"--checkpoint {path}: no such file")
-            return path, load_checkpoint(path, config)
+            try:
+                return path, load_checkpoint(path, config)
+            except UnreadableCheckpoint:  # the user's file: no advice to delete it
+                raise EnjoyError(f"--checkpoint {path}: not a readable checkpoint (not written "
+                                 "by sfbus, or truncated)") from None
         found = load_newest(folder, config, log=logging.getLogger(__name__))
     except CheckpointError as error:
         raise EnjoyError(str(error)) from None

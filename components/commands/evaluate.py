@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,10 +22,13 @@ from typing import Any
 from components.commands.enjoy import (
     EnjoyError,
     build_from_checkpoint,
+    check_seeds,
+    check_writable_dir,
     learners,
     make_play_env,
     read_checkpoint,
 )
+from sfbus import BadInput
 
 BAD_INPUT = 2
 COLUMNS = ("seed", "agent", "return", "true_return", "length")
@@ -56,13 +60,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Run ``sfbus eval``; bad input is one ``error:`` line on stderr and exit code 2."""
+    out = Path(args.out) if args.out else Path(args.run_dir) / "eval"
     try:
         jobs = _check(args)
-    except EnjoyError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return BAD_INPUT
-    out = Path(args.out) if args.out else Path(args.run_dir) / "eval"
-    out.mkdir(parents=True, exist_ok=True)
+        check_writable_dir(out, "--out")  # the last check: a refusal leaves no folder behind
+    except EnjoyError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
+        raise BadInput(str(error)) from None
     for params, path, state in jobs:
         start = time.perf_counter()
         rows = evaluate(params, state, episodes=args.episodes, envs=args.envs,
@@ -81,6 +84,7 @@ def _check(args: argparse.Namespace) -> list[tuple[Any, Path, dict]]:
         raise EnjoyError(f"--episodes must be >= 1, not {args.episodes}")
     if args.envs < 1:
         raise EnjoyError(f"--envs must be >= 1, not {args.envs}")
+    check_seeds(args.seed, args.episodes)
     run_dir = Path(args.run_dir)
     found = learners(run_dir)
     wanted = args.policy or sorted(found)
@@ -128,14 +132,21 @@ def write_csv(path: Path, rows: list[Any]) -> dict[str, float]:
     }
     true_returns = [r.true_return for r in rows if not math.isnan(r.true_return)]
     mean["true_return"] = sum(true_returns) / len(true_returns) if true_returns else math.nan
-    with path.open("w", newline="") as file:
-        writer = csv.writer(file)
-        writer.writerow(COLUMNS)
-        for r in rows:
-            writer.writerow((r.seed, r.agent, repr(r.episode_return), _blank_nan(r.true_return),
-                             r.length))
-        writer.writerow(("mean", "", repr(mean["return"]), _blank_nan(mean["true_return"]),
-                         repr(mean["length"])))
+    # whole or not at all: a killed eval, or two at once into one folder, never leave a CSV
+    # that is half of one and half of the other
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with partial.open("w", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(COLUMNS)
+            for r in rows:
+                writer.writerow((r.seed, r.agent, repr(r.episode_return),
+                                 _blank_nan(r.true_return), r.length))
+            writer.writerow(("mean", "", repr(mean["return"]), _blank_nan(mean["true_return"]),
+                             repr(mean["length"])))
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return mean
 
 

@@ -19,7 +19,6 @@ import argparse
 import copy
 import logging
 import os
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,9 +26,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from components.commands.enjoy import EnjoyError, learner_params, make_play_env, read_checkpoint
+from components.commands.enjoy import (
+    EnjoyError,
+    check_writable_file,
+    learner_params,
+    make_play_env,
+    read_checkpoint,
+)
 from components.envs import EnvSpec
 from components.models.policy import Policy
+from sfbus import BadInput, SfbusError
 
 BAD_INPUT = 2
 OPSET = 18
@@ -64,9 +70,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         run_dir = Path(args.run_dir)
         params = learner_params(run_dir, args.policy)
         path, state = read_checkpoint(run_dir, params, args.checkpoint)
-    except EnjoyError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return BAD_INPUT
+    except EnjoyError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
+        raise BadInput(str(error)) from None
     env = make_play_env(params, render=False)
     try:
         spec = env.spec
@@ -74,7 +79,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         env.close()
     policy = Policy(spec, params)
     policy.load_state_dict(state["policy"])
-    names = export_onnx(policy, spec, out, state.get("returns_normalizer"))
+    try:
+        names = export_onnx(policy, spec, out, state.get("returns_normalizer"))
+    except OSError as error:  # the folder went away or filled up while exporting: exit 1
+        raise SfbusError(f"--onnx {out}: cannot write it: {error.strerror or error}") from None
     print(f"policy {params.policy} of {run_dir}: {path.name} (version {state['version']}) -> "
           f"{out}; inputs {', '.join(names[0])}; outputs {', '.join(names[1])}")
     return 0
@@ -87,6 +95,7 @@ def _check_output(out: Path) -> Path:
         raise EnjoyError(f"--onnx {out}: is a directory")
     if not out.parent.is_dir():
         raise EnjoyError(f"--onnx {out}: no such directory {out.parent}")
+    check_writable_file(out, "--onnx")
     return out
 
 

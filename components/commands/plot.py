@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sfbus import BadInput
+
 BAD_INPUT = 2
 FIGURES = ("reward_vs_frames", "reward_vs_time", "fps_vs_time", "lag_vs_frames")
 
@@ -47,7 +49,7 @@ class Progress:
         """(x, y) of ``key`` of ``policy`` where it was reported; ``x`` is "frames" or "time"."""
         xs = self.frames if x == "frames" else self.time
         points = [(at, record[policy][key]) for at, record in zip(xs, self.policies, strict=True)
-                  if key in record.get(policy, {})]
+                  if isinstance(record.get(policy, {}).get(key), int | float)]
         return [p[0] for p in points], [p[1] for p in points]
 
     def policy_ids(self) -> list[str]:
@@ -71,20 +73,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """Run ``sfbus plot``; bad input is one ``error:`` line on stderr and exit code 2."""
+    out = Path(args.out) if args.out else Path(args.run_dirs[0])
     try:
         folders = expand_sweeps([Path(run) for run in args.run_dirs])
         runs = [read_progress(folder) for folder in folders]
-    except PlotError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return BAD_INPUT
+        _check_out(out)
+    except PlotError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
+        raise BadInput(str(error)) from None
     for run, folder in zip(runs, folders, strict=True):
         if run.skipped:
             print(f"warning: {folder}: skipped {run.skipped} unreadable line(s) of progress.jsonl",
                   file=sys.stderr)
-    out = Path(args.out) if args.out else Path(args.run_dirs[0])
     for path in plot_runs(runs, out):
         print(path)
     return 0
+
+
+def _check_out(out: Path) -> None:
+    """``out`` is (or can be made) a folder to write the figures into; made now."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".{FIGURES[0]}.probe"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise PlotError(f"--out {out}: cannot write the figures there: "
+                        f"{error.strerror or error}") from None
 
 
 def expand_sweeps(folders: list[Path]) -> list[Path]:
@@ -96,7 +110,11 @@ def expand_sweeps(folders: list[Path]) -> list[Path]:
         if not (folder / "sweep.json").is_file():
             expanded.append(folder)
             continue
-        runs = sweep_runs(folder)
+        try:
+            runs = sweep_runs(folder)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            raise PlotError(f"{folder / 'sweep.json'}: not a sweep record of `sfbus sweep` "
+                            "(unreadable or damaged)") from None
         started = [run for run in runs if (run / "progress.jsonl").is_file()]
         if len(started) < len(runs):
             print(f"warning: {folder}: {len(runs) - len(started)} of the sweep's runs have no "
@@ -124,7 +142,7 @@ def read_progress(run_dir: Path) -> Progress:
             record = json.loads(line)
             at, frames = float(record["time"]), float(record["env_frames"])
             window, fps = _shortest_window(record.get("fps"))
-            policies = {str(k): v for k, v in dict(record.get("policies") or {}).items()}
+            policies = {str(k): dict(v) for k, v in dict(record.get("policies") or {}).items()}
         except (ValueError, KeyError, TypeError, AttributeError):
             run.skipped += 1
             continue

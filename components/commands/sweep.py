@@ -20,8 +20,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +34,7 @@ from typing import Any
 
 from sfbus import BadInput
 
+MAX_RUNS = 10_000  # each combination is validated first (~25 ms each)
 STOP_GRACE_S = 120.0  # a run's own graceful stop saves checkpoints; then it is killed
 
 
@@ -71,17 +74,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Validate every combination, then run them (or write the Slurm script)."""
-    from sfbus import load_topology, make_private_dir, new_run_dir
+    from sfbus import load_topology
 
     if args.parallel < 1:
         raise BadInput(f"--parallel must be >= 1, not {args.parallel}")
     for name, value in (("--max-frames", args.max_frames), ("--max-seconds", args.max_seconds)):
-        if value is not None and not value > 0:
-            raise BadInput(f"{name} must be > 0, not {value}")
+        # as `sfbus run` checks them: a value every run would refuse fails the sweep here
+        if value is not None and not 0 < value < math.inf:
+            raise BadInput(f"{name} must be a finite number > 0, not {value}")
     grids = [parse_grid(text) for text in args.grid]
     keys = [key for key, _ in grids]
     if len(set(keys)) < len(keys):
         raise BadInput(f"--grid: a key is given twice ({', '.join(keys)})")
+    count = math.prod(len(values) for _, values in grids)
+    if count > MAX_RUNS:  # before the product is built: 10 grids of 10 values would not fit
+        raise BadInput(f"--grid: {' x '.join(str(len(v)) for _, v in grids)} = {count:,} runs; "
+                       f"a sweep holds at most {MAX_RUNS:,} (split it into several)")
     topology = None
     combos = list(itertools.product(*(values for _, values in grids)))
     names = [f"{i:02d}-" + safe_name(",".join(f"{k}={v}" for k, v in zip(keys, combo,
@@ -93,29 +101,81 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             topology = load_topology(args.topology, overrides)
         except BadInput as error:
             raise BadInput(f"sweep combination {name}: {error}") from None
+        except RecursionError:  # PyYAML composes nodes recursively: [[[[...]]]] a few k deep
+            raise BadInput(f"sweep combination {name}: the topology (or a --set or --grid "
+                           "value) is nested too deeply to read") from None
     assert topology is not None
     if args.slurm is not None:
-        out = Path(args.slurm)
-        if not out.parent.is_dir():
-            raise BadInput(f"--slurm {out}: no such directory {out.parent}")
-    if args.sweep_dir:
-        sweep_dir = Path(args.sweep_dir)
-        if sweep_dir.exists() and any(sweep_dir.iterdir()):
-            raise BadInput(f"--sweep-dir {sweep_dir}: not empty; choose a new folder")
-        make_private_dir(sweep_dir)
-    else:
-        sweep_dir = new_run_dir(f"sweep-{topology.name}")
+        _check_slurm_out(Path(args.slurm))
+        # the folder's name and path go into #SBATCH comment lines, where shell quoting does not
+        # hold: a newline would end the comment and run the rest as a command of the script
+        for name, text in (("--sweep-dir", args.sweep_dir or ""),
+                           ("the working directory", str(Path.cwd())),
+                           ("the topology's name", topology.name)):
+            if any(ord(char) < 32 or ord(char) == 127 for char in text):
+                raise BadInput(f"--slurm: {name} {text!r} holds a control character (a newline?),"
+                               " which cannot be written into the script's #SBATCH lines")
+    made = not args.sweep_dir or not Path(args.sweep_dir).exists()
+    sweep_dir = _make_sweep_dir(args.sweep_dir, topology.name)
     runs = [Combination(name, [f"{k}={v}" for k, v in zip(keys, combo, strict=True)],
                         sweep_dir / name) for name, combo in zip(names, combos, strict=True)]
     record = {"topology": str(Path(args.topology).resolve()), "grids": dict(grids),
               "set": args.set, "runs": runs}
     if args.slurm is not None:
-        write_slurm(Path(args.slurm), sweep_dir, [command(args, run, "sfbus") for run in runs],
-                    args.parallel)
+        try:
+            # sweep.json too: `sfbus plot SWEEP_DIR` finds the array's runs by it
+            save_record(sweep_dir, record)
+            write_slurm(Path(args.slurm), sweep_dir,
+                        [command(args, run, "sfbus") for run in runs], args.parallel)
+        except OSError as error:  # checked writable above; gone or full since
+            (sweep_dir / "sweep.json").unlink(missing_ok=True)
+            if made:
+                shutil.rmtree(sweep_dir, ignore_errors=True)
+            raise BadInput(f"--slurm {args.slurm}: cannot write it: "
+                           f"{error.strerror or error}") from None
         print(f"{args.slurm}: Slurm array of {len(runs)} runs into {sweep_dir} "
               f"(sbatch {args.slurm})")
         return 0
     return run_all(args, runs, sweep_dir, record)
+
+
+def _check_slurm_out(out: Path) -> None:
+    """The Slurm script can be written at ``out``; nothing is left by the check."""
+    if out.is_dir():
+        raise BadInput(f"--slurm {out}: is a directory")
+    if not out.parent.is_dir():
+        raise BadInput(f"--slurm {out}: no such directory {out.parent}")
+    existed = out.exists()
+    try:
+        with out.open("a"):
+            pass
+    except OSError as error:
+        raise BadInput(f"--slurm {out}: cannot write it: {error.strerror or error}") from None
+    if not existed:
+        out.unlink(missing_ok=True)
+
+
+def _make_sweep_dir(given: str | None, topology_name: str) -> Path:
+    """The sweep's folder, made now (``--sweep-dir``: new or empty)."""
+    from sfbus import make_private_dir, new_run_dir
+
+    if not given:
+        try:
+            return new_run_dir(f"sweep-{safe_name(topology_name)}")  # one folder under runs/
+        except OSError as error:
+            raise BadInput(f"cannot make the sweep's folder under runs/: "
+                           f"{error.strerror or error}") from None
+    sweep_dir = Path(given)
+    if sweep_dir.exists() and not sweep_dir.is_dir():
+        raise BadInput(f"--sweep-dir {sweep_dir}: not a directory")
+    if sweep_dir.is_dir() and any(sweep_dir.iterdir()):
+        raise BadInput(f"--sweep-dir {sweep_dir}: not empty; choose a new folder")
+    try:
+        make_private_dir(sweep_dir)
+    except OSError as error:
+        raise BadInput(f"--sweep-dir {sweep_dir}: cannot make it: "
+                       f"{error.strerror or error}") from None
+    return sweep_dir
 
 
 def parse_grid(text: str) -> tuple[str, list[str]]:

@@ -40,6 +40,28 @@ class WandbConfig:
         if self.project and importlib.util.find_spec("wandb") is None:
             raise ValueError("wandb.project is set but the wandb package is not installed "
                              "(pip install wandb)")
+        if self.project and self.mode == "online" and not has_wandb_login():
+            # else every start of the learner's process fails in wandb.init and the run ends
+            # after max_restarts, its cause only in the logs
+            raise ValueError("wandb.mode online needs a W&B login (`wandb login`, or "
+                             "WANDB_API_KEY in the environment); or log with wandb.mode=offline "
+                             "and `wandb sync` later")
+
+
+def has_wandb_login() -> bool:
+    """Whether ``wandb.init`` will find credentials: the environment, or ``.netrc`` for the
+    W&B host. If wandb's way to read them cannot be used, assume it can (wandb then says)."""
+    import os
+
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    try:
+        from wandb.sdk.lib.wbauth import read_netrc_auth
+
+        host = os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"
+        return read_netrc_auth(host=host) is not None
+    except Exception:  # another wandb version, or a malformed key: wandb.init reports it
+        return True
 
 
 class WandbSink:

@@ -215,3 +215,43 @@ def test_max_steps_cuts_and_restarts_the_episode():
     played = play(policy, SimpleNamespace(state_size=1), CountingEnv((5,)), 2, max_steps=3)
     assert played == [(3.0, 3, True), (3.0, 3, True)]
     assert [s.item() for s in policy.seen] == [0, 1, 2, 0, 1, 2]
+
+
+def test_unusable_video_bad_fps_and_bad_seed_are_one_error_line(cartpole_run, tmp_path, capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    cases = {  # each was a traceback with exit 1 (a NaN frame rate only after playing)
+        ("--video", str(a_file / "v.mp4")): f"--video {a_file / 'v.mp4'}: cannot write it",
+        ("--video", str(tmp_path / "v.gif"), "--fps", "nan"):
+            "--fps must be a finite number > 0, not nan",
+        ("--video", str(tmp_path / "v.gif"), "--fps", "inf"):
+            "--fps must be a finite number > 0, not inf",
+        ("--seed", "-1"): "--seed -1: seeds must lie in 0..4294967295",
+        ("--seed", "4294967296"): "--seed 4294967296: seeds must lie in 0..4294967295",
+    }
+    for args, message in cases.items():
+        code, out, err = enjoy(capsys, str(cartpole_run), "--episodes", "1", *args)
+        assert code == 2, args
+        assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+        assert "episode" not in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_enjoy_eval_and_export_take_the_best_checkpoint(tmp_path, capsys):
+    run = make_run(tmp_path / "run", "cartpole.yaml")
+    newest = next((run / "checkpoints" / "policy_0").glob("checkpoint_*.pt"))
+    state = torch.load(newest, weights_only=True)
+    save_checkpoint(run / "checkpoints" / "policy_0" / "best", {**state, "version": 9}, 9, keep=1)
+    code, out, err = enjoy(capsys, str(run), "--checkpoint", "best", "--episodes", "1",
+                           "--max-steps", "3")
+    assert code == 0, err
+    assert "checkpoint_000000009.pt (version 9," in out
+    assert main(["eval", str(run), "--checkpoint", "best", "--episodes", "1",
+                 "--out", str(tmp_path / "eval")]) == 0
+    assert "(checkpoint_000000009.pt, version 9)" in capsys.readouterr().out
+    assert main(["export", str(run), "--checkpoint", "best", "--onnx",
+                 str(tmp_path / "p.onnx")]) == 0
+    assert "checkpoint_000000009.pt (version 9) -> " in capsys.readouterr().out
+    # without --checkpoint: the newest, not the best
+    code, out, err = enjoy(capsys, str(run), "--episodes", "1", "--max-steps", "3")
+    assert code == 0 and f"{newest.name} (version 7," in out

@@ -114,3 +114,54 @@ def build_policy_from(run_dir: Path):
         return build_from_checkpoint(env.spec, params, state)
     finally:
         env.close()
+
+
+def test_unusable_out_bad_seeds_and_a_foreign_file_are_one_error_line(cartpole_run, tmp_path,
+                                                                      capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a checkpoint")
+    out = tmp_path / "out"
+    cases = {  # each was a traceback with exit 1, --out made before it
+        ("--out", str(a_file / "x")): f"--out {a_file / 'x'}: cannot write files there: Not a "
+                                      "directory",
+        ("--out", str(a_file)): f"--out {a_file}: cannot write files there",
+        ("--out", str(out), "--seed", "-1", "--episodes", "1"):
+            "--seed -1: seeds must lie in 0..4294967295",
+        ("--out", str(out), "--seed", "4294967295", "--episodes", "2"):
+            "--seed 4294967295 with 2 episodes: seeds must lie in 0..4294967295",
+        ("--out", str(out), "--checkpoint", str(a_file)):
+            f"--checkpoint {a_file}: not a readable checkpoint",
+    }
+    for args, message in cases.items():
+        code, stdout, err = evaluate(capsys, str(cartpole_run), *args)
+        assert code == 2, args
+        assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+        assert "delete it" not in err  # the user's own file is not ours to advise deleting
+        assert stdout == ""
+    assert not out.exists()
+    assert a_file.read_text() == "not a checkpoint"
+
+
+def test_the_csv_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    from components.commands import evaluate as evaluate_module
+    from components.evaluation.seeded_episodes import SeededEpisode
+
+    rows = [SeededEpisode(s, 0, 1.0, math.nan, 3) for s in range(3)]
+    out = tmp_path / "eval_policy_0.csv"
+    out.write_text("an earlier evaluation\n")
+
+    class Broken:
+        def __init__(self, *args):
+            self.calls = 0
+
+        def writerow(self, row):
+            self.calls += 1
+            if self.calls == 3:
+                raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(evaluate_module.csv, "writer", Broken)
+    with pytest.raises(OSError, match="No space left"):
+        evaluate_module.write_csv(out, rows)
+    # was: the earlier file truncated to half a new one
+    assert out.read_text() == "an earlier evaluation\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval_policy_0.csv"]

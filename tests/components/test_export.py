@@ -111,3 +111,22 @@ def test_bad_input_is_one_error_line_and_exit_2(tmp_path, capsys) -> None:
         assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
         assert out == ""
     assert not list(tmp_path.glob("*.onnx"))
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_exporting(tmp_path, capsys) -> None:
+    run = make_run(tmp_path / "run", "cartpole.yaml")
+    blocker = tmp_path / "taken.onnx"
+    blocker.mkdir()
+    cases = {
+        str(blocker): "is a directory",
+        # was: the whole export ran, then a FileNotFoundError traceback when saving
+        "/proc/sfbus-test.onnx": "cannot write it: No such file or directory",
+    }
+    for out, message in cases.items():
+        code = main(["export", str(run), "--onnx", out])
+        stdout, err = capsys.readouterr()
+        assert code == 2, out
+        assert err == f"error: --onnx {out}: {message}\n"
+        assert stdout == ""
+    assert list(tmp_path.glob("*.onnx")) == [blocker] and not any(blocker.iterdir())
+    assert not list(tmp_path.glob(".*.partial"))

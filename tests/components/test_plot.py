@@ -80,3 +80,37 @@ def test_bad_run_dir_is_one_error_line_and_exit_2(tmp_path, capsys, make):
     assert main(["plot", str(run)]) == 2
     out, err = capsys.readouterr()
     assert err.startswith("error: ") and err.count("\n") == 1 and out == ""
+
+
+def test_unusable_out_and_a_damaged_sweep_record_are_one_error_line(tmp_path, capsys):
+    run = write_progress(tmp_path / "run", [record(i, 1) for i in range(3)])
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    cases = [  # each was a traceback with exit 1
+        ((str(run), "--out", str(a_file)), f"--out {a_file}: cannot write the figures there"),
+        ((str(run), "--out", str(a_file / "x")),
+         f"--out {a_file / 'x'}: cannot write the figures there"),
+    ]
+    for damaged in ("garbage", '{"runs": 5}', '{"runs": [{"dir": "x"}]}', "[]"):
+        cases.append(((str(sweep),), f"{sweep / 'sweep.json'}: not a sweep record of "
+                                     "`sfbus sweep` (unreadable or damaged)\n"))
+        (sweep / "sweep.json").write_text(damaged)
+        for args, message in cases:
+            assert main(["plot", *args]) == 2, (args, damaged)
+            out, err = capsys.readouterr()
+            assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+            assert out == ""
+    assert not list(run.glob("*.png")) and a_file.read_text() == "x"
+
+
+def test_a_record_whose_policy_is_not_a_mapping_is_skipped(tmp_path, capsys):
+    run = write_progress(tmp_path / "run", [
+        record(1, 1), {"time": 3.0, "env_frames": 1500, "policies": {"0": 7}},
+        {"time": 4.0, "env_frames": 1600, "policies": {"0": {"reward": "high", "lag": 3.0}}}])
+    assert main(["plot", str(run)]) == 0  # was: TypeError traceback
+    assert "skipped 1 unreadable line(s)" in capsys.readouterr().err
+    progress = read_progress(run)
+    assert progress.series("0", "reward", "frames") == ([1000], [1.0])  # "high" is no number
+    assert progress.series("0", "lag", "frames") == ([1000, 1600], [1.0, 3.0])

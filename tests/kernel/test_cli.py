@@ -163,3 +163,129 @@ def test_a_run_directory_in_use_is_refused_naming_its_pid(
     from sfbus.rundir import RunDirLock
 
     RunDirLock(run_dir).release()
+
+
+def test_shared_arrays_no_file_can_hold_are_bad_input(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cartpole = str(Path(__file__).parents[2] / "topologies" / "cartpole.yaml")
+    huge = ["--set", "num_envs=100000000000000000000000"]  # was: ok, then OverflowError at run
+    assert main(["validate", cartpole, *huge]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("error: shared array 'rollout.traj.obs.obs' of shape ")
+    assert "more than any file can hold" in err
+    assert main(["run", cartpole, *huge, "--run-dir", str(tmp_path / "run")]) == 2
+    assert "more than any file can hold" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_shared_arrays_beyond_dev_shm_are_bad_input_before_the_run_dir_is_made(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cartpole = str(Path(__file__).parents[2] / "topologies" / "cartpole.yaml")
+    # 2**40 envs: fits a file, not this machine's /dev/shm (was: exit 1 and a run dir left)
+    assert main(["run", cartpole, "--set", "num_envs=1099511627776",
+                 "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("error: the run's shared arrays need ")
+    assert "/dev/shm has " in err and "'rollout.traj.obs.obs'" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_with_another_topology_is_refused_and_the_run_left_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text("{}")
+    snapshot = (Path(SUM_DEMO).read_text().replace("name: sum_demo", "name: other_demo"))
+    assert "name: other_demo" in snapshot
+    (run_dir / "topology.yaml").write_text(snapshot)
+    before = sorted(p.name for p in run_dir.iterdir())
+    assert main(["run", SUM_DEMO, "--resume", str(run_dir)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --resume {run_dir}: that directory holds a run of topology 'other_demo', not "
+        "'sum_demo'; resume it with its own topology file\n")
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+    assert (run_dir / "topology.yaml").read_text() == snapshot
+
+
+def test_resume_and_another_run_dir_together_are_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = tmp_path / "x"
+    # was: --run-dir silently ignored
+    assert main(["run", SUM_DEMO, "--resume", str(tmp_path), "--run-dir", str(other)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --resume {tmp_path} --run-dir {other}: a resumed run stays in its own "
+        "directory; give one of them\n")
+    assert not other.exists()
+    # the same directory twice is what was meant: on to the next check
+    assert main(["run", SUM_DEMO, "--resume", str(tmp_path), "--run-dir", f"{tmp_path}/."]) == 2
+    assert "not a run directory (no run.json)" in capsys.readouterr().err
+
+
+def test_a_value_nested_too_deeply_is_one_line_not_a_recursion_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    deep = "[" * 20000 + "]" * 20000
+    nested = tmp_path / "nested.yaml"
+    nested.write_text(f"name: nested\nsettings: {{count: {deep}}}\n")
+    for argv in (["validate", str(nested)], ["validate", SUM_DEMO, "--set", f"count={deep}"],
+                 ["sweep", SUM_DEMO, "--grid", f"count=1,{deep}", "--slurm",
+                  str(tmp_path / "s.sh"), "--sweep-dir", str(tmp_path / "sweep")]):
+        assert main(argv) == 2, argv[:2]  # was: a RecursionError traceback, exit 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is nested too deeply to read" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nested.yaml"]
+
+
+def test_an_app_dir_that_is_not_a_directory_is_refused(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for app_dir in (str(tmp_path / "missing"), str(a_file)):
+        with pytest.raises(SystemExit) as exit_info:  # was: accepted, put on the import path
+            main(["--app-dir", app_dir, "validate", SUM_DEMO])
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err == (
+            f"error: sfbus: argument --app-dir: {app_dir}: no such directory "
+            "(see sfbus --help)\n")
+
+
+@pytest.mark.parametrize("command", [["eval"], ["enjoy"], ["export", "--onnx", "x.onnx"],
+                                     ["plot"]])
+def test_a_tools_error_naming_a_path_with_a_newline_stays_one_line(
+        command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    odd = str(tmp_path / "no\nrun")
+    assert main([command[0], odd, *command[1:]]) == 2  # was: two lines (the tools printed)
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert str(tmp_path / "no\\nrun") in err
+
+
+def test_a_topology_name_cannot_put_its_run_directory_outside_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    escaping = work / "escaping.yaml"
+    escaping.write_text(f"name: ../../escaped\nextends: {SUM_DEMO}\n")
+    assert main(["run", str(escaping)]) == 0  # was: tmp_path/escaped-<time>, beside work/
+    (run_dir,) = (work / "runs").iterdir()
+    assert run_dir.name.startswith("_.._escaped-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+    assert main(["sweep", str(escaping), "--grid", "count=1,2", "--slurm",
+                 str(work / "s.sh")]) == 0
+    assert sorted(p.name for p in (work / "runs").iterdir())[1].startswith("sweep-.._.._escaped-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+
+
+def test_an_empty_metrics_host_is_refused_before_anything_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # was: the probe bound every interface, then the metrics server's getaddrinfo("") raised
+    # a gaierror traceback after the run directory was made
+    assert main(["run", SUM_DEMO, "--set", 'run.metrics_host=""', "--metrics-port", "9",
+                 "--run-dir", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == (
+        "error: --metrics-port 9: run.metrics_host is empty; name the address to serve on "
+        "(127.0.0.1: this machine only, 0.0.0.0: every interface)\n")
+    assert not (tmp_path / "run").exists()

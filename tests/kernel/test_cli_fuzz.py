@@ -66,6 +66,58 @@ def test_run_refuses_bad_input_before_starting(file: str, sets: list[str], flags
     assert not run_dir.exists()
 
 
+@FUZZ
+@given(file=FILES, sets=SETS, flags=FLAGS)
+def test_run_checks_every_setting_before_it_would_start(
+        file: str, sets: list[str], flags: list[str], tmp_path_factory: pytest.TempPathFactory,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """As above, but with every check of ``cmd_run`` reached: the run itself is replaced by a
+    stand-in, so an input that passes them all is exit 0 and nothing starts."""
+    import sfbus.supervisor
+
+    started = []
+
+    class StandIn:
+        def __init__(self, *args: object) -> None:
+            pass
+
+        async def run(self) -> int:
+            started.append(True)
+            return 0
+
+    overrides = [arg for text in sets for arg in ("--set", text)]
+    run_dir = tmp_path_factory.mktemp("fuzz") / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sfbus.supervisor, "Supervisor", StandIn)
+        _check(["run", file, "--run-dir", str(run_dir), *overrides, *flags], capsys)
+    assert started or not run_dir.exists()
+
+
+GRID_VALUES = st.lists(VALUES.filter(lambda v: "," not in v), min_size=1, max_size=3)
+
+
+@FUZZ
+@given(file=FILES, grid=st.lists(st.tuples(st.lists(PARTS, min_size=1, max_size=3), GRID_VALUES),
+                                 min_size=1, max_size=2), flags=FLAGS)
+def test_sweep_never_traces_back_and_leaves_nothing_when_refused(
+        file: str, grid: list, flags: list[str], tmp_path_factory: pytest.TempPathFactory,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path_factory.mktemp("sweep")
+    grids = [arg for path, values in grid for arg in ("--grid", f"{'.'.join(path)}="
+                                                                 f"{','.join(values)}")]
+    argv = ["sweep", file, *grids, *flags, "--sweep-dir", str(folder / "sweep"),
+            "--slurm", str(folder / "s.sh")]  # --slurm: writes a script, never runs
+    try:
+        code = main(argv)
+    except SystemExit as exit_info:
+        code = exit_info.code
+    err = capsys.readouterr().err
+    assert code in (0, 2), (argv, code, err)
+    if code == 2:
+        assert err.startswith("error: ") and err.count("\n") == 1, (argv, err)
+        assert not list(folder.iterdir()), argv
+
+
 def test_a_user_env_that_raises_at_validation_is_one_located_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "broken_env.py").write_text(

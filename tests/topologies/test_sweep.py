@@ -101,6 +101,11 @@ def test_bad_grid_is_one_error_line_and_nothing_started(tmp_path: Path, capsys) 
             "sweep combination 01-appo.lr=-1: --set: settings.appo.lr: lr must be > 0.0",
         ("--grid", "seed=1", "--grid", "seed=2"): "a key is given twice",
         ("--grid", "seed=1", "--parallel", "0"): "--parallel must be >= 1",
+        # was: the product built in memory (10**12 combinations here), then each validated
+        tuple(arg for key in ("seed", "num_envs", "rollout", "batch_size", "appo.lr", "appo.gamma")
+              for arg in ("--grid", f"{key}=" + ",".join(str(v) for v in range(1, 101)))):
+            "--grid: 100 x 100 x 100 x 100 x 100 x 100 = 1,000,000,000,000 runs; a sweep holds "
+            "at most 10,000",
     }
     for args, message in cases.items():
         code = main(["sweep", TOPOLOGY, *args, "--sweep-dir", str(sweep_dir)])
@@ -110,6 +115,58 @@ def test_bad_grid_is_one_error_line_and_nothing_started(tmp_path: Path, capsys) 
         assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
         assert not sweep_dir.exists()
 
+
+
+def test_bad_output_paths_and_run_flags_are_one_error_line_and_leave_nothing(
+        tmp_path: Path, capsys) -> None:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    sweep_dir = tmp_path / "sweep"
+    script = tmp_path / "s.sh"
+    cases = {  # each was a traceback (a sweep folder left), or accepted and refused by every run
+        ("--slurm", str(tmp_path)): f"--slurm {tmp_path}: is a directory",
+        ("--slurm", "/proc/sfbus-test.sh"): "--slurm /proc/sfbus-test.sh: cannot write it",
+        ("--slurm", str(script), "--sweep-dir", str(a_file)): f"--sweep-dir {a_file}: not a "
+                                                              "directory",
+        ("--slurm", str(script), "--sweep-dir", str(a_file / "x")):
+            f"--sweep-dir {a_file / 'x'}: cannot make it: Not a directory",
+        ("--max-seconds", "inf"): "--max-seconds must be a finite number > 0, not inf",
+        ("--max-seconds", "nan"): "--max-seconds must be a finite number > 0, not nan",
+    }
+    for args, message in cases.items():
+        if "--sweep-dir" not in args:
+            args = (*args, "--sweep-dir", str(sweep_dir))
+        code = main(["sweep", TOPOLOGY, "--grid", "seed=0,1", *args])
+        out, err = capsys.readouterr()
+        assert code == 2, args
+        assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+        assert out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_a_slurm_sweep_records_its_runs_for_plot(tmp_path: Path, capsys) -> None:
+    from components.commands.sweep import sweep_runs
+
+    sweep_dir = tmp_path / "sweep"
+    assert main(["sweep", TOPOLOGY, "--grid", "seed=0,1", "--sweep-dir", str(sweep_dir),
+                 "--slurm", str(tmp_path / "s.sh")]) == 0
+    capsys.readouterr()
+    # was: no sweep.json, so `sfbus plot SWEEP_DIR` could not find the array's runs
+    assert [p.name for p in sweep_runs(sweep_dir)] == ["00-seed=0", "01-seed=1"]
+    text = (tmp_path / "s.sh").read_text()
+    assert all(str(p) in text for p in sweep_runs(sweep_dir))
+
+
+def test_a_sweep_dir_with_a_newline_cannot_add_commands_to_the_slurm_script(
+        tmp_path: Path, capsys) -> None:
+    # was: the name ended the #SBATCH comment line; its rest ran as a command of the script
+    sweep_dir = f"{tmp_path}/sw\ntouch {tmp_path}/PWNED #"
+    assert main(["sweep", TOPOLOGY, "--grid", "seed=0,1", "--sweep-dir", sweep_dir,
+                 "--slurm", str(tmp_path / "s.sh")]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"error: --slurm: --sweep-dir {sweep_dir!r} holds a control character")
+    assert err.count("\n") == 1 and out == ""
+    assert list(tmp_path.iterdir()) == []
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)
