@@ -6,6 +6,7 @@ The public kernel API is the names below; everything else in the package is priv
   ``ActorContext`` (what a running actor sees: its run, routing table and shared memory).
 - Shared memory: ``ArraySpec``, ``SharedArray``, ``SlotPool``.
 - Topologies: ``Topology``, ``load_topology`` (a file plus ``--set`` overrides, validated),
+  ``validate_topology`` (that, plus the sizes of the run's shared arrays, as ``sfbus validate``),
   ``import_actor_class`` (a ``module:Class`` path), ``instance_name`` (the name of an actor's
   replica).
 - Runs: ``RunLimits`` (``--max-frames`` / ``--max-seconds`` as actors see them),
@@ -37,6 +38,7 @@ from sfbus.rundir import RunLimits, make_private_dir, new_run_dir
 from sfbus.shm import ArraySpec, SharedArray
 from sfbus.slot_pool import SlotPool
 from sfbus.topology import Topology, import_actor_class, load_topology
+from sfbus.validation import validate_topology
 
 __all__ = [
     "Actor",
@@ -68,4 +70,5 @@ __all__ = [
     "make_private_dir",
     "new_run_dir",
     "slot",
+    "validate_topology",
 ]

@@ -29,13 +29,9 @@ BAD_INPUT = 2
 
 
 def _load(args: argparse.Namespace):
-    from sfbus.topology import load_topology
+    from sfbus.validation import read_topology
 
-    try:
-        return load_topology(args.topology, getattr(args, "set", None) or ())
-    except RecursionError:  # PyYAML composes nodes recursively: [[[[...]]]] a few k deep
-        raise BadInput(f"{args.topology}: the topology (or a --set value) is nested too deeply "
-                       "to read") from None
+    return read_topology(args.topology, getattr(args, "set", None) or ())
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -44,6 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sfbus.routing import RoutingTable
     from sfbus.rundir import RunDirLock, check_run_dir, new_run_dir
     from sfbus.supervisor import RunOptions, Supervisor
+    from sfbus.validation import check_shared_memory
 
     topology = _load(args)
     try:
@@ -52,7 +49,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
     # impossible sizes are bad input: check before starting
-    _check_shared_memory(RoutingTable(topology).array_specs(), free=True)
+    check_shared_memory(RoutingTable(topology).array_specs(), free=True)
     port = topology.run.metrics_port if args.metrics_port is None else args.metrics_port
     _check_port_free(topology.run.metrics_host, port)
     if args.resume:
@@ -77,39 +74,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         return int(run(Supervisor(topology, topology.document, options).run()))
     finally:
         lock.release()
-
-
-_MAX_SEGMENT_BYTES = 2**63 - 1  # off_t: no file, hence no segment, can be larger
-
-
-def _check_shared_memory(specs: list, *, free: bool) -> None:
-    """Shared arrays no machine can hold are bad input; with ``free``, so are arrays that this
-    machine's ``/dev/shm`` cannot hold now (checked before the run directory is made)."""
-    import shutil
-
-    import numpy as np
-
-    from sfbus.shm import SHM_DIR
-
-    total = 0
-    for spec in specs:
-        size = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize  # Python ints: no overflow
-        if size > _MAX_SEGMENT_BYTES:
-            raise BadInput(f"shared array {spec.name!r} of shape {list(spec.shape)} would need "
-                           f"{size:.3g} bytes, more than any file can hold; use smaller buffers")
-        total += size
-    if not free or not specs:
-        return
-    try:
-        available = shutil.disk_usage(SHM_DIR).free
-    except OSError:
-        return  # no /dev/shm to measure: the run's own creation of the segments says why
-    if total > available:
-        biggest = max(specs, key=lambda s: math.prod(s.shape) * np.dtype(s.dtype).itemsize)
-        raise BadInput(f"the run's shared arrays need {total:,} bytes but {SHM_DIR} has "
-                       f"{available:,} free (the largest: {biggest.name!r} of shape "
-                       f"{list(biggest.shape)}); use smaller buffers or enlarge {SHM_DIR} "
-                       "(docker: --shm-size)")
 
 
 def _check_same_topology(run_dir: Path, name: str) -> None:
@@ -208,10 +172,9 @@ def _join_nodes(args: argparse.Namespace) -> int | None:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Check a topology file and print a one-line summary."""
-    from sfbus.routing import RoutingTable
+    from sfbus.validation import validate_topology
 
-    topology = _load(args)
-    _check_shared_memory(RoutingTable(topology).array_specs(), free=False)
+    topology = validate_topology(args.topology, getattr(args, "set", None) or ())
     actors = sum(len(p.actors) * p.replicas for p in topology.processes)
     processes = sum(p.replicas for p in topology.processes)
     print(f"{args.topology}: ok ({processes} processes, {actors} actors, "

@@ -74,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Validate every combination, then run them (or write the Slurm script)."""
-    from sfbus import load_topology
+    from sfbus import validate_topology
 
     if args.parallel < 1:
         raise BadInput(f"--parallel must be >= 1, not {args.parallel}")
@@ -97,13 +97,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
              for i, combo in enumerate(combos)]
     for name, combo in zip(names, combos, strict=True):
         overrides = [*args.set, *(f"{k}={v}" for k, v in zip(keys, combo, strict=True))]
-        try:
-            topology = load_topology(args.topology, overrides)
+        try:  # as `sfbus run` would check it here (on a cluster: as `sfbus validate` does)
+            topology = validate_topology(args.topology, overrides, free=args.slurm is None)
         except BadInput as error:
             raise BadInput(f"sweep combination {name}: {error}") from None
-        except RecursionError:  # PyYAML composes nodes recursively: [[[[...]]]] a few k deep
-            raise BadInput(f"sweep combination {name}: the topology (or a --set or --grid "
-                           "value) is nested too deeply to read") from None
     assert topology is not None
     if args.slurm is not None:
         _check_slurm_out(Path(args.slurm))

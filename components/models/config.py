@@ -53,3 +53,12 @@ class ModelConfig:
     on CUDA devices that support it (float32 for vector observations). The recurrent core and
     the heads always run in float32, so the RNN state and the log-probabilities in the PPO
     ratio keep full precision."""
+
+    def __post_init__(self) -> None:
+        for name in ("hidden", "core_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("mlp_layers", "measurements_hidden"):
+            if any(width < 1 for width in getattr(self, name)):
+                raise ValueError(f"{name}: every layer width must be >= 1, got "
+                                 f"{list(getattr(self, name))}")

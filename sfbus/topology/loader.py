@@ -12,7 +12,7 @@ File format::
       heartbeat_timeout_s: 20
     processes:
       producer:             # process name
-        replicas: 1         # int >= 1, or auto: one per CPU core of the machine
+        replicas: 1         # int in 1..1024, or auto: one per CPU core of the machine
         restart: on-failure # always | on-failure | never
         cpu_affinity: [0, 1] # optional CPU ids; with replicas, replica i gets core ids[i % n];
                              # auto: every core of the machine (so replica i gets core i)
@@ -88,6 +88,9 @@ from sfbus.topology.population import (
 )
 from sfbus.topology.yaml_source import Document, KeyPath, Where
 
+# One OS process per replica: beyond this no machine runs them, and a typo (1000000) would
+# otherwise spend minutes building the routing table before any error.
+MAX_REPLICAS = 1024
 PROCESS_KEYS = ("replicas", "restart", "cpu_affinity", "nice", "actors")
 ACTOR_KEYS = ("class", "params")
 CONNECTION_KEYS = ("from", "to", "mode", "coalesce_s")
@@ -238,8 +241,9 @@ class _Builder:
             self.mapping(path, PROCESS_KEYS, required=("actors",))
             cores = os.cpu_count() or 1
             replicas = self.typed_or_auto((*path, "replicas"), int, 1, cores)
-            if replicas < 1:
-                raise self.fail((*path, "replicas"), f"expected an int >= 1, got {replicas}")
+            if not 1 <= replicas <= MAX_REPLICAS:
+                raise self.fail((*path, "replicas"),
+                                f"expected an int in 1..{MAX_REPLICAS}, got {replicas}")
             restart = self.typed((*path, "restart"), RestartPolicy, "on-failure")
             affinity = self.typed_or_auto((*path, "cpu_affinity"), tuple[int, ...] | None, None,
                                           tuple(range(cores)))

@@ -8,7 +8,9 @@ later error can then name the file, line and column, the way ``cfgv`` does.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -57,6 +59,8 @@ _Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_1_2, list("-+012
 
 # A topology is a few hundred values; a few hundred bytes of nested aliases can expand to
 # billions (the "billion laughs"), so building stops well before that.
+MAX_FILE_BYTES = 1 << 20
+"""A topology file larger than this is refused unread (shipped ones are a few kilobytes)."""
 MAX_VALUES = 100_000
 
 
@@ -147,8 +151,18 @@ def load_yaml(file: str) -> Document:
     YAML document, non-string keys, duplicate keys or recursive aliases.
     """
     try:
-        with open(file, encoding="utf-8") as stream:
-            text = stream.read()
+        # Non-blocking open, then a look before reading: /dev/zero would be read forever, and
+        # a FIFO blocks even the open.
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise TopologyError("not a regular file", file=file)
+        with open(fd, "rb") as stream:
+            data = stream.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise TopologyError(f"larger than {MAX_FILE_BYTES // 2**20} MiB; a topology is a "
+                                "few kilobytes", file=file)
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise TopologyError("file not found", file=file) from None
     except (OSError, UnicodeDecodeError) as error:

@@ -229,8 +229,9 @@ async def test_new_weights_are_used_from_the_next_batch(device: str) -> None:
 DOOM = dataclasses.replace(PARAMS, env="doom_basic", model=ModelConfig(hidden=32, core_size=16))
 
 
-@pytest.mark.skipif(not cpu_has_fast_bf16(),
-                    reason="precision auto packs only on a CPU with AMX or AVX-512 BF16")
+@pytest.mark.skipif(not (cpu_has_fast_bf16() and onednn_has_bf16()),
+                    reason="precision auto packs only on a CPU with AMX or AVX-512 BF16 whose "
+                           "oneDNN has bfloat16 kernels")
 async def test_packed_weights_are_packed_again_at_each_refresh() -> None:
     async with run(DOOM, deterministic=True, device="cpu") as actors:
         rollout, learner, inference = actors["rollout.0"], actors["learner"], actors["inference"]

@@ -313,3 +313,10 @@ def test_packable_only_for_the_conv_encoder_with_a_gru_or_no_core(
     assert not packable(model(architecture="full"))
     assert not packable(model(precision="float32"))
     assert not packable(ActorCritic({"obs": ((6,), "float32")}, (3,), None, ModelConfig()))
+
+
+@pytest.mark.parametrize("change", [{"mlp_layers": (64, 0)}, {"measurements_hidden": (-1,)},
+                                    {"hidden": 0}, {"core_size": 0}])
+def test_a_layer_without_width_is_refused(change: dict) -> None:
+    with pytest.raises(ValueError, match=r"must be >= 1, got"):
+        ModelConfig(**change)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -289,3 +290,25 @@ def test_an_empty_metrics_host_is_refused_before_anything_starts(
         "error: --metrics-port 9: run.metrics_host is empty; name the address to serve on "
         "(127.0.0.1: this machine only, 0.0.0.0: every interface)\n")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_file_that_is_not_a_topology_is_refused_unread(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # no writer: opening it for reading would block
+    big = tmp_path / "big.yaml"
+    big.write_text("# " + "x" * (1 << 20) + "\n")
+    for path, message in (("/dev/zero", "not a regular file"), (str(fifo), "not a regular file"),
+                          (str(tmp_path), "not a regular file"),
+                          (str(big), "larger than 1 MiB")):
+        assert main(["validate", path]) == 2
+        assert capsys.readouterr().err == f"error: {path}: {message}" + (
+            "; a topology is a few kilobytes\n" if "MiB" in message else "\n")
+
+
+def test_replicas_beyond_any_machine_are_refused_at_once(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # was: minutes spent building a million replicas' routing table before any answer
+    assert main(["validate", SUM_DEMO, "--set", "processes.producer.replicas=1000000"]) == 2
+    assert capsys.readouterr().err == ("error: --set: processes.producer.replicas: expected an "
+                                       "int in 1..1024, got 1000000\n")

@@ -304,7 +304,7 @@ ERRORS = [
     ("unknown_process_key", GOOD.replace("  main:\n", "  main:\n    replica: 2\n"),
      "t.yaml:5:5: processes.main.replica: unknown key 'replica'; did you mean 'replicas'?"),
     ("replicas_zero", GOOD.replace("  main:\n", "  main:\n    replicas: 0\n"),
-     "t.yaml:5:15: processes.main.replicas: expected an int >= 1, got 0"),
+     "t.yaml:5:15: processes.main.replicas: expected an int in 1..1024, got 0"),
     ("replicas_bool", GOOD.replace("  main:\n", "  main:\n    replicas: yes\n"),
      "t.yaml:5:15: processes.main.replicas: expected int, got bool True"),
     ("restart_typo", GOOD.replace("  main:\n", "  main:\n    restart: on_failure\n"),

@@ -101,6 +101,9 @@ def test_bad_grid_is_one_error_line_and_nothing_started(tmp_path: Path, capsys) 
             "sweep combination 01-appo.lr=-1: --set: settings.appo.lr: lr must be > 0.0",
         ("--grid", "seed=1", "--grid", "seed=2"): "a key is given twice",
         ("--grid", "seed=1", "--parallel", "0"): "--parallel must be >= 1",
+        # validated as `sfbus run` would: buffers no /dev/shm holds (was: a run started first)
+        ("--grid", "num_envs=8,1099511627776"):
+            "sweep combination 01-num_envs=1099511627776: the run's shared arrays need",
         # was: the product built in memory (10**12 combinations here), then each validated
         tuple(arg for key in ("seed", "num_envs", "rollout", "batch_size", "appo.lr", "appo.gamma")
               for arg in ("--grid", f"{key}=" + ",".join(str(v) for v in range(1, 101)))):

@@ -1,0 +1,64 @@
+"""Checks of a topology beyond its file: what ``sfbus validate``, ``run`` and ``sweep`` share.
+
+:func:`read_topology` is :func:`sfbus.topology.load_topology` with PyYAML's recursion on deeply
+nested values turned into bad input; :func:`validate_topology` adds the sizes of the run's shared
+arrays (no machine could hold some sizes a ``--set`` can ask for).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Sequence
+
+import numpy as np
+
+from sfbus.errors import BadInput
+from sfbus.routing import RoutingTable
+from sfbus.shm import SHM_DIR, ArraySpec
+from sfbus.topology import Topology, load_topology
+
+
+def read_topology(file: str, overrides: Sequence[str] = ()) -> Topology:
+    """Load ``file`` with ``--set`` ``overrides``; a value nested too deeply is bad input."""
+    try:
+        return load_topology(file, overrides)
+    except RecursionError:  # PyYAML composes nodes recursively: [[[[...]]]] a few k deep
+        raise BadInput(f"{file}: the topology (or a --set value) is nested too deeply "
+                       "to read") from None
+
+
+def validate_topology(file: str, overrides: Sequence[str] = (), *,
+                      free: bool = False) -> Topology:
+    """:func:`read_topology`, then refuse shared arrays no file could hold or, with ``free``,
+    that this machine's ``/dev/shm`` cannot hold now (raises BadInput)."""
+    topology = read_topology(file, overrides)
+    check_shared_memory(RoutingTable(topology).array_specs(), free=free)
+    return topology
+
+
+_MAX_SEGMENT_BYTES = 2**63 - 1  # off_t: no file, hence no segment, can be larger
+
+
+def check_shared_memory(specs: list[ArraySpec], *, free: bool) -> None:
+    """Shared arrays no machine can hold are bad input; with ``free``, so are arrays that this
+    machine's ``/dev/shm`` cannot hold now (checked before the run directory is made)."""
+    total = 0
+    for spec in specs:
+        size = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize  # Python ints: no overflow
+        if size > _MAX_SEGMENT_BYTES:
+            raise BadInput(f"shared array {spec.name!r} of shape {list(spec.shape)} would need "
+                           f"{size:.3g} bytes, more than any file can hold; use smaller buffers")
+        total += size
+    if not free or not specs:
+        return
+    try:
+        available = shutil.disk_usage(SHM_DIR).free
+    except OSError:
+        return  # no /dev/shm to measure: the run's own creation of the segments says why
+    if total > available:
+        biggest = max(specs, key=lambda s: math.prod(s.shape) * np.dtype(s.dtype).itemsize)
+        raise BadInput(f"the run's shared arrays need {total:,} bytes but {SHM_DIR} has "
+                       f"{available:,} free (the largest: {biggest.name!r} of shape "
+                       f"{list(biggest.shape)}); use smaller buffers or enlarge {SHM_DIR} "
+                       "(docker: --shm-size)")
