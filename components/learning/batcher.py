@@ -16,7 +16,7 @@ from components.datapath.buffers import rollout_workers
 from components.datapath.messages import BatchReady, LearnerIdle, TrajectoryReady
 from components.datapath.settings import DataPathParams
 from components.datapath.slot_stages import BatcherSlots, BatcherStarted, batcher_starts_spec
-from sfbus import Actor, ActorContext, ArraySpec, Signal, Topology, slot
+from sfbus import Actor, ActorContext, ArraySpec, RunRecords, Signal, Topology, slot
 
 
 class Batcher(Actor):
@@ -55,7 +55,8 @@ class Batcher(Actor):
         self.slots: BatcherSlots | None = None
 
     @classmethod
-    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: Any, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
         """The count of this policy's batcher starts (its epoch, see
         components.datapath.slot_stages)."""
         return [batcher_starts_spec(params.policy)]

@@ -60,7 +60,16 @@ from components.models.device import check_device, describe_device, resolve_devi
 from components.models.policy import build_policy, published_size
 from components.pbt.member import PopulationMember
 from components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
-from sfbus import Actor, ActorContext, ArraySpec, RateLimitedLog, Signal, Topology, slot
+from sfbus import (
+    Actor,
+    ActorContext,
+    ArraySpec,
+    RateLimitedLog,
+    RunRecords,
+    Signal,
+    Topology,
+    slot,
+)
 
 _T = TypeVar("_T")
 _LAG_BUCKETS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
@@ -162,7 +171,8 @@ class Learner(Actor):
         )}
 
     @classmethod
-    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: Any, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
         """The policy's published weights and their version counter."""
         check_supported(params.num_policies)
         return policy_array_specs(params.policy, published_size(params))

@@ -47,7 +47,7 @@ from components.sampling.rollout_faults import RolloutFaults
 from components.sampling.rollout_params import RolloutParams
 from components.sampling.splits import NonBatchedSplit, PopulationSplit, Split, SplitWiring
 from components.sampling.worker_envs import WorkerEnvs
-from sfbus import Actor, ArraySpec, RateLimitedLog, Signal, Topology, slot
+from sfbus import Actor, ArraySpec, RateLimitedLog, RunRecords, Signal, Topology, slot
 
 
 class RolloutWorker(Actor):
@@ -62,8 +62,8 @@ class RolloutWorker(Actor):
     rollout_progress = Signal(RolloutProgress, "env frames since the last report")
 
     @classmethod
-    def shared_arrays(cls, name: str, params: RolloutParams,
-                      topology: Topology) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: RolloutParams, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
         """The worker's trajectory buffer, request table and slot pool."""
         return trajectory_layout(params, topology).array_specs(name)
 

@@ -25,7 +25,7 @@ from components.models import ModelConfig
 from components.models.policy import Policy, build_policy, published_size
 from components.models.precision import cpu_has_fast_bf16, onednn_has_bf16
 from components.sampling.inference_worker import InferenceWorker
-from sfbus import Actor, ArraySpec, Signal, slot
+from sfbus import Actor, ArraySpec, RunRecords, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
 from tests.devices import DEVICES
 from tests.kernel.conftest import hosted
@@ -42,7 +42,8 @@ class FakeRollout(Actor):
     inference_requested = Signal(InferenceRequest)
 
     @classmethod
-    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: Any, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
         """This worker's trajectory buffer and request table."""
         return trajectory_layout(params, topology).array_specs(name)
 
@@ -90,7 +91,8 @@ class FakeLearner(Actor):
     weights_updated = Signal(WeightsUpdated)
 
     @classmethod
-    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: Any, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
         """The weights vector and its seqlock counter."""
         return policy_array_specs(0, published_size(params))
 

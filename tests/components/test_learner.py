@@ -43,7 +43,7 @@ class FakeRollout(Actor):
     Params = DataPathParams
 
     @classmethod
-    def shared_arrays(cls, name, params, topology):
+    def shared_arrays(cls, name, params, topology, records):
         """The worker's trajectory buffer, as the real rollout worker declares it."""
         return trajectory_layout(params, topology).array_specs(name)
 
