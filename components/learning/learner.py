@@ -35,8 +35,6 @@ from components.datapath.buffers import (
     SlotSource,
     TrajectoryBuffer,
     policy_array_specs,
-    rollout_workers,
-    trajectory_layout,
 )
 from components.datapath.messages import (
     BatchReady,
@@ -46,6 +44,7 @@ from components.datapath.messages import (
     TrainingStats,
     WeightsUpdated,
 )
+from components.datapath.record import DataPath
 from components.datapath.settings import DataPathParams
 from components.datapath.slot_stages import LearnerSlots
 from components.envs import env_spec
@@ -57,7 +56,7 @@ from components.learning.faults import NumericsGuard, restore_published
 from components.learning.heap import keep_freed_memory
 from components.learning.training_state import TrainingState
 from components.models.device import check_device, describe_device, resolve_device
-from components.models.policy import build_policy, published_size
+from components.models.policy import build_policy
 from components.pbt.member import PopulationMember
 from components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
 from sfbus import (
@@ -81,6 +80,7 @@ class Learner(Actor):
     population when a topology wires its PBT slots."""
 
     component = "learner"
+    records = (DataPath,)
 
     @dataclass(frozen=True)
     class Params(DataPathParams):
@@ -175,7 +175,7 @@ class Learner(Actor):
                       records: RunRecords) -> list[ArraySpec]:
         """The policy's published weights and their version counter."""
         check_supported(params.num_policies)
-        return policy_array_specs(params.policy, published_size(params))
+        return policy_array_specs(params.policy, records[DataPath].weights_size(params.policy))
 
     # ----- setup ---------------------------------------------------------------------------
 
@@ -203,13 +203,10 @@ class Learner(Actor):
         self.build(resolve_device(p.device, p.policy + (group.local_rank if group else 0)))
         self.log.info("%s: policy %d trains on %s", self.name, p.policy,
                       describe_device(self.training.device))
-        topology = self.context.table.topology
-        layout = trajectory_layout(p, topology)
-        workers = [TrajectoryBuffer(self.context, w, layout)
-                   for w in rollout_workers(topology, p.rollout_actor)]
-        self._sources = [self._source_views(buffer) for buffer in workers]
-        self._slot_stages = LearnerSlots(self.context,
-                                         rollout_workers(topology, p.rollout_actor), self.log)
+        data_path = self.context.records[DataPath]
+        self._sources = [self._source_views(TrajectoryBuffer(self.context, w, data_path.layout))
+                         for w in data_path.workers]
+        self._slot_stages = LearnerSlots(self.context, data_path.workers, self.log)
         self.weights = PolicyWeights(self.context, p.policy)
         if self.context.run_dir is not None:
             self.checkpoints = LearnerCheckpoints(
