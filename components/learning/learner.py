@@ -1,9 +1,9 @@
 """The learner of one policy: copies a batch out of shared memory, trains APPO, publishes weights.
 
-Per batch: one gather copy of the batch's trajectories into local tensors (so the workers get their
-slots back at once in async mode), V-trace + PPO epochs in a background thread (torch releases the
-GIL, so the event loop keeps moving signals meanwhile), then the new weights are published in
-shared memory under version + 1. Checkpoints go to ``<run_dir>/checkpoints/policy_<id>/``; a run
+Per batch: one gather copy of the batch's trajectories into local tensors
+(:mod:`components.learning.batch_copy`; the workers get their slots back at once in async mode),
+V-trace + PPO epochs in a background thread (torch releases the GIL, so the event loop keeps
+moving signals meanwhile), then the new weights are published in shared memory under version + 1. Checkpoints go to ``<run_dir>/checkpoints/policy_<id>/``; a run
 directory that already holds some resumes from the newest (``sfbus run FILE --resume RUN_DIR``).
 
 What training changes (policy, Adam, normalizers, counters) is one
@@ -29,13 +29,7 @@ from typing import Any, Literal, TypeVar
 import torch
 
 from components.algo import AppoConfig
-from components.datapath.buffers import (
-    STEP_FIELDS,
-    PolicyWeights,
-    SlotSource,
-    TrajectoryBuffer,
-    policy_array_specs,
-)
+from components.datapath.buffers import PolicyWeights, TrajectoryBuffer, policy_array_specs
 from components.datapath.messages import (
     BatchReady,
     EpisodeFinished,
@@ -49,6 +43,7 @@ from components.datapath.settings import DataPathParams
 from components.datapath.slot_stages import LearnerSlots
 from components.envs import env_spec
 from components.learning.appo_update import MEAN_STATS, AppoUpdate, Batch
+from components.learning.batch_copy import BatchCopy
 from components.learning.checkpoint import config_fingerprint, load_newest
 from components.learning.checkpoint_schedule import Kind, LearnerCheckpoints
 from components.learning.distributed import Peers, check_supported, group_from_env, join_peers
@@ -138,6 +133,8 @@ class Learner(Actor):
     """Policy, optimizer, normalizers and counters (from ``build``)."""
     population: PopulationMember
     """This learner's part in PBT (from ``build``)."""
+    batches: BatchCopy
+    """Copies each batch out of the workers' buffers (from ``on_start``)."""
 
     def __init__(self, name: str, params: Any = None, context: ActorContext | None = None) -> None:
         super().__init__(name, params, context)
@@ -147,7 +144,6 @@ class Learner(Actor):
         self._background: asyncio.Future[Any] | None = None
         self._stopping = False
         self._failed_batches = 0
-        self._batch: Batch | None = None
         self.peers: Peers | None = None
         self._warn = RateLimitedLog(self.log, 60.0)
         m = self.metrics
@@ -204,8 +200,9 @@ class Learner(Actor):
         self.log.info("%s: policy %d trains on %s", self.name, p.policy,
                       describe_device(self.training.device))
         data_path = self.context.records[DataPath]
-        self._sources = [self._source_views(TrajectoryBuffer(self.context, w, data_path.layout))
-                         for w in data_path.workers]
+        self.batches = BatchCopy(
+            [TrajectoryBuffer(self.context, w, data_path.layout) for w in data_path.workers],
+            p.rollout, p.state_size, pin=self.training.device.type == "cuda")
         self._slot_stages = LearnerSlots(self.context, data_path.workers, self.log)
         self.weights = PolicyWeights(self.context, p.policy)
         if self.context.run_dir is not None:
@@ -227,15 +224,6 @@ class Learner(Actor):
                                                self.log, self.name, audit)
         self._publish()
         self.learner_idle.emit(LearnerIdle(p.policy))
-
-    def _source_views(self, buffer: TrajectoryBuffer) -> dict[str, SlotSource]:
-        # What a batch copies from a worker: whole observations (step T bootstraps), the first T
-        # steps of per-step fields, and only the state entering step 0.
-        steps = self.params.rollout
-        views = {f"obs.{k}": buffer.slot_source(f"obs.{k}", steps + 1) for k in buffer.obs_keys}
-        views.update({f: buffer.slot_source(f, steps) for f in STEP_FIELDS if f != "rnn"})
-        views["rnn"] = buffer.slot_source("rnn", None, self.params.state_size)
-        return views
 
     # ----- the batch cycle ------------------------------------------------------------------
 
@@ -260,7 +248,7 @@ class Learner(Actor):
         """Copy the batch out, release its slots (async: at once; sync: after training, also when
         it fails), train, publish, report, checkpoint when due."""
         p = self.params
-        batch, groups = self.copy_batch(msg)
+        batch, groups = self.batches.copy(msg)
         to_release = groups
         try:
             if p.mode == "async":
@@ -285,30 +273,8 @@ class Learner(Actor):
                 self._m_checkpoint_failures.inc()
                 self.report_failure("checkpoint", error)
 
-    def copy_batch(self, msg: BatchReady) -> tuple[Batch, dict[int, list[int]]]:
-        """Gather the batch's trajectories into local tensors, one copy (grouped by worker)."""
-        groups: dict[int, list[int]] = {}
-        for worker, slot_index in zip(msg.workers, msg.slots, strict=True):
-            groups.setdefault(worker, []).append(slot_index)
-        n = len(msg.slots)
-        if self._batch is None or len(self._batch["rewards"]) != n:
-            # Reused across batches: the mailbox runs one batch at a time, and training reads it
-            # only until the next copy starts.
-            # Pinned for a GPU: the upload (TrainingState.to_device) then runs asynchronously.
-            pin = self.training.device.type == "cuda"
-            self._batch = {k: torch.empty((n, *v.shape), dtype=v.dtype, pin_memory=pin)
-                           for k, v in self._sources[0].items()}
-        offset = 0
-        for worker, slots in groups.items():
-            index = torch.tensor(slots, dtype=torch.int64)
-            end = offset + len(slots)
-            for key, source in self._sources[worker].items():
-                source.copy_into(index, self._batch[key][offset:end])
-            offset = end
-        return self._batch, groups
-
     def train(self, batch: Batch) -> dict[str, Any]:
-        """APPO epochs over ``batch`` (the ``copy_batch`` layout, on the host); bumps the
+        """APPO epochs over ``batch`` (the ``BatchCopy`` layout, on the host); bumps the
         version. Any thread."""
         return self.update(batch, self.params, self.peers)
 

@@ -100,7 +100,7 @@ async def test_learner_copies_a_batch_out_of_the_block_layout() -> None:
         assert buffer.layout.block_rows == 2 and buffer.numpy["rewards"].ndim == 3
         # Slots across blocks and rows, out of order, as a batcher assembles them.
         msg = BatchReady(0, (0, 1, 0, 1, 1, 0, 0, 1), (13, 0, 3, 2, 5, 4, 0, 11))
-        batch, groups = learner.copy_batch(msg)
+        batch, groups = learner.batches.copy(msg)
         order = [(w, s) for w, slots in groups.items() for s in slots]
         steps, state = tl.T, learner.params.state_size
         assert batch["obs.obs"].shape == (8, steps + 1, 4) and batch["rnn"].shape == (8, state)

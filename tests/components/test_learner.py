@@ -186,7 +186,7 @@ async def test_async_releases_before_training_and_publishes(transport, device):
         assert stats.entropy > 0.5  # near-uniform over 2 actions at the start
 
         # the copy gathered the right rows, grouped by worker in first-appearance order
-        batch, groups = learner.copy_batch(BATCH)
+        batch, groups = learner.batches.copy(BATCH)
         assert groups == {0: [0, 3, 5, 7], 1: [1, 2, 4, 6]}
         order = [(w, s) for w, slots in groups.items() for s in slots]
         for i, (w, s) in enumerate(order):
