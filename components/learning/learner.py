@@ -3,8 +3,9 @@
 Per batch: one gather copy of the batch's trajectories into local tensors
 (:mod:`components.learning.batch_copy`; the workers get their slots back at once in async mode),
 V-trace + PPO epochs in a background thread (torch releases the GIL, so the event loop keeps
-moving signals meanwhile), then the new weights are published in shared memory under version + 1. Checkpoints go to ``<run_dir>/checkpoints/policy_<id>/``; a run
-directory that already holds some resumes from the newest (``sfbus run FILE --resume RUN_DIR``).
+moving signals meanwhile), then the new weights are published in shared memory under version + 1.
+Checkpoints go to ``<run_dir>/checkpoints/policy_<id>/``; a run directory that already holds some
+resumes from the newest (``sfbus run FILE --resume RUN_DIR``).
 
 What training changes (policy, Adam, normalizers, counters) is one
 :class:`~components.learning.training_state.TrainingState` on the device the learner trains on;
