@@ -1,10 +1,11 @@
 """The data path's run record: sizes, layouts and names, computed once when a run is launched.
 
-Every data-path actor (rollout and inference workers, batchers, learners) lists
-:class:`DataPath` in its ``records``; the launcher computes it once from the topology (building
-the env's spec and one policy to count its weights), ``run.json`` keeps it, and each actor reads
-it from ``context.records[DataPath]`` (or the ``records`` of ``shared_arrays``) instead of
-deriving it again from the topology. A restarted process reads the same record.
+The rollout and inference workers and the learners list :class:`DataPath` in their ``records``
+(a batcher reads it when the run has one: a test's feeder makes a run without); the launcher
+computes it once from the topology (building the env's spec and one policy to count its
+weights), ``run.json`` keeps it, and each actor reads it from ``context.records[DataPath]`` (or
+the ``records`` of ``shared_arrays``) instead of deriving it again from the topology. A
+restarted process reads the same record.
 
 The data path's parameters are the rollout actor's (``settings.rollout_actor``): its buffers
 are the data path, and the other actors take the same values from ``settings``.
