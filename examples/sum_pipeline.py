@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sfbus import Actor, ArraySpec, Message, Signal, SlotPool, slot
+from sfbus import Actor, ArraySpec, Message, RunRecords, Signal, SlotPool, slot
 from sfbus.topology import Topology
 
 _NO_ITEM = -1
@@ -53,7 +53,8 @@ class Producer(Actor):
     item_ready = Signal(SlotItem)
 
     @classmethod
-    def shared_arrays(cls, name: str, params: Params, topology: Topology) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: Params, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
         """The slot pool, the slots' values and item numbers, and the next item to produce."""
         return [
             *SlotPool.array_specs(f"{name}.pool", params.slots),
@@ -123,7 +124,8 @@ class Consumer(Actor):
     item_consumed = Signal(SlotItem)
 
     @classmethod
-    def shared_arrays(cls, name: str, params: Params, topology: Topology) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: Params, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
         """Per item: its recorded value and whether it arrived."""
         return [
             ArraySpec(f"{name}.received", (params.count,), "int64"),

@@ -11,6 +11,9 @@ The public kernel API is the names below; everything else in the package is priv
   replica).
 - Runs: ``RunLimits`` (``--max-frames`` / ``--max-seconds`` as actors see them),
   ``new_run_dir`` and ``make_private_dir`` (run folders only this user can read).
+- Run records: ``RunRecord`` (a run-wide fact, computed once at launch from the topology: list
+  its type in an actor class's ``records``, read it as ``context.records[Type]`` in any process,
+  or in ``shared_arrays``), ``RunRecords`` (the run's records by type).
 - Helpers: ``RateLimitedLog`` (a warning on a hot path, at most once per interval),
   ``command_lines`` (every process's argv, for sweeping up after external engines).
 - Errors: ``SfbusError`` and its kinds; ``BadInput`` is the user's (exit 2).
@@ -33,6 +36,7 @@ from sfbus.errors import (
 from sfbus.messages import Empty, Message
 from sfbus.procfs import command_lines
 from sfbus.ratelimit import RateLimitedLog
+from sfbus.records import RunRecord, RunRecords
 from sfbus.routing import instance_name
 from sfbus.rundir import RunLimits, make_private_dir, new_run_dir
 from sfbus.shm import ArraySpec, SharedArray
@@ -54,6 +58,8 @@ __all__ = [
     "RunDirError",
     "RunFailed",
     "RunLimits",
+    "RunRecord",
+    "RunRecords",
     "SfbusError",
     "SharedArray",
     "SharedMemoryError",

@@ -19,6 +19,7 @@ from sfbus.metrics import ActorMetrics
 
 if TYPE_CHECKING:
     from sfbus.context import ActorContext
+    from sfbus.records import RunRecord, RunRecords
     from sfbus.shm import ArraySpec
     from sfbus.topology.model import Topology
 
@@ -102,6 +103,9 @@ class Actor:
     Params: ClassVar[type] = NoParams
     component: ClassVar[str] = ""
     """Metric namespace (``sfbus_<component>_...``); defaults to the class name in lower case."""
+    records: ClassVar[tuple[type[RunRecord], ...]] = ()
+    """Run records this actor reads (:class:`sfbus.RunRecord` subclasses): the launcher computes
+    each once from the topology and offers it to ``shared_arrays`` and ``context.records``."""
 
     def __init__(self, name: str, params: Any = None, context: ActorContext | None = None) -> None:
         self.name = name
@@ -151,12 +155,15 @@ class Actor:
         return slots
 
     @classmethod
-    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: Any, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
         """Shared-memory arrays the launcher creates for actor instance ``name`` before start.
 
         Runs in the launcher, once per instance; ``topology`` lets an actor size its buffers by
-        the rest of the run (replica counts, other actors' parameters). Names must be unique in
-        the run, so prefix them with ``name``.
+        the rest of the run (replica counts, other actors' parameters), ``records`` holds the
+        run records already computed (those listed in ``records``). Names must be unique in the
+        run, so prefix them with ``name``. A ``ValueError`` is the topology's fault, reported at
+        the actor's place in the file.
         """
         return []
 

@@ -94,7 +94,7 @@ async def _main(run_dir: Path, process: str) -> None:
         table, [process], run_id=manifest.run_id, run_dir=str(run_dir),
         sock_dir=manifest.sock_dir, array_specs=manifest.array_specs(),
         supervisor_address=f"ipc://{manifest.sock_dir}/supervisor.ipc",
-        limits=manifest.limits,
+        limits=manifest.limits, records=manifest.run_records(),
     )
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, host.stop_requested.set)
     await host.run()

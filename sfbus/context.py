@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sfbus.records import RunRecords
 from sfbus.rundir import RunLimits
 from sfbus.shm import ArraySpec, SharedArray, SharedMemory
 from sfbus.slot_pool import SlotPool
@@ -30,6 +31,8 @@ class ActorContext:
     add_progress: Callable[[int], None]
     limits: RunLimits = field(default_factory=RunLimits)
     """The run's stop conditions, for actors that show progress towards them."""
+    records: RunRecords = field(default_factory=RunRecords)
+    """The run records computed at launch (``records[DataPath]``), the same in every process."""
     _attached: dict[str, SharedArray] = field(default_factory=dict)
     pools: list[SlotPool] = field(default_factory=list)
 

@@ -32,6 +32,7 @@ from sfbus.frames import (
     encode_control,
 )
 from sfbus.ratelimit import RateLimitedLog
+from sfbus.records import RunRecords
 from sfbus.routing import RoutingTable
 from sfbus.rundir import RunLimits
 from sfbus.shm import ArraySpec
@@ -49,7 +50,8 @@ class ProcessHost:
                  run_dir: str | None = None, sock_dir: str | None = None,
                  array_specs: dict[str, ArraySpec] | None = None,
                  supervisor_address: str | None = None,
-                 limits: RunLimits | None = None) -> None:
+                 limits: RunLimits | None = None,
+                 records: RunRecords | None = None) -> None:
         self.table = table
         self.hosted = sorted(hosted)
         self.name = self.hosted[0] if len(self.hosted) == 1 else "serial"
@@ -59,6 +61,7 @@ class ProcessHost:
         self.array_specs = array_specs or {}
         self.supervisor_address = supervisor_address
         self.limits = limits or RunLimits()
+        self.records = records or RunRecords()
         self.progress = 0
         self.stop_requested = asyncio.Event()
         self.stop_reason = ""
@@ -84,7 +87,7 @@ class ProcessHost:
                     replica=instance.replica, table=self.table, array_specs=self.array_specs,
                     flush=self.bus.flush, send_now=self.bus.send_now,
                     request_stop=self.request_stop, add_progress=self.add_progress,
-                    limits=self.limits,
+                    limits=self.limits, records=self.records,
                 )
                 spec = actor_instance.spec
                 actor = actor_instance.cls(actor_instance.name, spec.params, context)

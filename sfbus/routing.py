@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+import msgspec
+
 from sfbus.errors import TopologyError
 from sfbus.messages import Message
+from sfbus.records import RunRecords, record_key
 from sfbus.shm import ArraySpec
 from sfbus.topology import import_actor_class
 from sfbus.topology.model import ActorSpec, Location, ProcessSpec, Topology
@@ -115,6 +118,25 @@ class RoutingTable:
                 self.routes.setdefault(source.name, []).append(route)
         self.edges = tuple(edges)
 
+    @cached_property
+    def records(self) -> RunRecords:
+        """The run records the actors list (``Actor.records``), each computed once, in the
+        order actors appear; one that cannot be computed is a TopologyError at the place of the
+        first actor that lists it."""
+        encoded: dict[str, bytes] = {}
+        for actor in self.actors.values():
+            for record_type in actor.cls.records:
+                key = record_key(record_type)
+                if key in encoded:
+                    continue
+                try:
+                    # Stored as JSON here too, so the launcher reads exactly what children do.
+                    encoded[key] = msgspec.json.encode(record_type.from_topology(self.topology))
+                except Exception as error:
+                    raise self._actor_error(actor, error, "computing its run record "
+                                            f"{record_type.__qualname__}") from None
+        return RunRecords(encoded)
+
     def array_specs(self) -> list[ArraySpec]:
         """Every shared array the run's actors declare, checked before anything starts.
 
@@ -122,19 +144,23 @@ class RoutingTable:
         code raises while it tries (a user's env factory that fails, say), is reported as a
         TopologyError at that actor's place in the file.
         """
+        records = self.records
         specs: list[ArraySpec] = []
         for actor in self.actors.values():
             try:
                 specs.extend(actor.cls.shared_arrays(actor.name, actor.spec.params,
-                                                     self.topology))
-            except ValueError as error:
-                raise _error_at(str(error), actor.spec.location, self.topology.path,
-                                f"actor {actor.spec.name!r}") from None
-            except Exception as error:  # the actor's (or its env's) code failed: name it
-                raise _error_at(f"sizing its shared arrays failed: {type(error).__name__}: "
-                                f"{error}", actor.spec.location, self.topology.path,
-                                f"actor {actor.spec.name!r}") from None
+                                                     self.topology, records))
+            except Exception as error:
+                raise self._actor_error(actor, error, "sizing its shared arrays") from None
         return specs
+
+    def _actor_error(self, actor: ActorInstance, error: Exception, doing: str) -> TopologyError:
+        """A launch hook of ``actor`` raised: a ValueError is the topology's fault and says why;
+        anything else is the actor's (or its env's) code failing, named with what it did."""
+        message = str(error) if isinstance(error, ValueError) else \
+            f"{doing} failed: {type(error).__name__}: {error}"
+        return _error_at(message, actor.spec.location, self.topology.path,
+                         f"actor {actor.spec.name!r}")
 
     def edges_into(self, process: str) -> dict[int, Edge]:
         """Edges whose target lives in ``process``, by id."""

@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 
 from sfbus.errors import RunDirError
+from sfbus.records import RunRecords
 from sfbus.shm import ArraySpec
 from sfbus.topology.yaml_source import dump_yaml
 
@@ -42,10 +43,16 @@ class Manifest(msgspec.Struct, frozen=True):
     topology_file: str
     arrays: tuple[ArrayEntry, ...]
     limits: RunLimits = RunLimits()
+    records: dict[str, msgspec.Raw] = {}
+    """The run records (:mod:`sfbus.records`) as JSON, by record type."""
 
     def array_specs(self) -> dict[str, ArraySpec]:
         """The run's shared arrays by name."""
         return {a.name: ArraySpec(a.name, tuple(a.shape), a.dtype) for a in self.arrays}
+
+    def run_records(self) -> RunRecords:
+        """The run records computed at launch."""
+        return RunRecords({key: bytes(raw) for key, raw in self.records.items()})
 
 
 def make_private_dir(path: str | Path) -> Path:

@@ -36,13 +36,14 @@ async def run_serial(topology: Topology, document: dict, options: RunOptions) ->
     limits = RunLimits(options.max_frames, options.max_seconds)
     entries = tuple(ArrayEntry(s.name, tuple(s.shape), s.dtype) for s in specs)
     # No sockets: the manifest only marks the directory as a run's (for --resume and tools).
-    write_manifest(options.run_dir, Manifest(run_id, "", snapshot.name, entries, limits))
+    write_manifest(options.run_dir, Manifest(run_id, "", snapshot.name, entries, limits,
+                                             table.records.as_json()))
     outcome = ExitCode.FINISHED
     with SharedMemory.create(run_id, specs) as shm:
         try:
             host = ProcessHost(table, table.processes, run_id=run_id, run_dir=str(options.run_dir),
                                array_specs={s.name: s for s in specs},
-                               limits=limits)
+                               limits=limits, records=table.records)
             interrupted = asyncio.Event()
             loop = asyncio.get_running_loop()
             loop.add_signal_handler(signal.SIGINT, interrupted.set)

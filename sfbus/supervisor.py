@@ -176,7 +176,7 @@ class Supervisor:
         entries = tuple(ArrayEntry(s.name, tuple(s.shape), s.dtype) for s in specs)
         limits = RunLimits(self.options.max_frames, self.options.max_seconds)
         write_manifest(self.run_dir, Manifest(self.run_id, str(self.sock_dir), snapshot.name,
-                                              entries, limits))
+                                              entries, limits, self.table.records.as_json()))
         return specs
 
     def _start_metrics_server(self) -> None:

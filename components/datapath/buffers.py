@@ -30,7 +30,7 @@ import torch
 from components.datapath.settings import DataPathParams
 from components.datapath.slot_stages import stage_array_specs
 from components.envs import EnvSpec, env_spec
-from sfbus import ActorContext, ArraySpec, SlotPool, Topology, instance_name
+from sfbus import ActorContext, ArraySpec, SlotPool
 
 Index = int | slice | np.ndarray
 """Slots or steps of a trajectory buffer: one, a range, or an integer array."""
@@ -86,17 +86,9 @@ class TrajectoryLayout:
         return specs
 
 
-def rollout_workers(topology: Topology, actor: str) -> list[str]:
-    """Instance names of the rollout-worker actor ``actor``, in worker-index order."""
-    for process in topology.processes:
-        for spec in process.actors:
-            if spec.name == actor:
-                return [instance_name(actor, r, process.replicas) for r in range(process.replicas)]
-    raise ValueError(f"the topology has no rollout actor {actor!r} (settings.rollout_actor)")
-
-
-def trajectory_layout(params: DataPathParams, topology: Topology) -> TrajectoryLayout:
-    """The layout every worker's buffer has in this run, with its slot count.
+def trajectory_layout(params: DataPathParams, workers: int) -> TrajectoryLayout:
+    """The layout every worker's buffer has in a run of ``workers`` rollout workers, with its
+    slot count (computed once per run, in :class:`components.datapath.record.DataPath`).
 
     Async: one slot per agent being filled, plus enough spare slots for
     ``num_batches_to_accumulate`` batches spread over the workers; when they run out, collection
@@ -105,7 +97,6 @@ def trajectory_layout(params: DataPathParams, topology: Topology) -> TrajectoryL
     only after training, so collection stops while the learner trains (one policy only).
     """
     spec = env_spec(params.env, **params.env_kwargs)
-    workers = len(rollout_workers(topology, params.rollout_actor))
     agents = params.num_envs * spec.num_agents
     per_batch = params.trajectories_per_batch
     if params.mode == "sync":

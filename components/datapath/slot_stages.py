@@ -33,6 +33,7 @@ The learner's own recovery (published weights, bad updates) is in :mod:`componen
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -186,7 +187,7 @@ class WorkerSlots:
 class BatcherSlots:
     """A batcher's side: its epoch, and the workers' stage arrays it marks queued."""
 
-    def __init__(self, context: ActorContext, policy: int, workers: list[str]) -> None:
+    def __init__(self, context: ActorContext, policy: int, workers: Sequence[str]) -> None:
         starts = batcher_starts_spec(policy).name
         self.epoch = 0
         if starts in context.array_specs:
@@ -214,7 +215,7 @@ class BatcherSlots:
 class LearnerSlots:
     """A learner's side: checks a copied batch was intact and marks its slots consumed."""
 
-    def __init__(self, context: ActorContext, workers: list[str],
+    def __init__(self, context: ActorContext, workers: Sequence[str],
                  log: logging.Logger | None = None) -> None:
         self.stages = [_stages(context, w) for w in workers]
         self.log = log or logging.getLogger(__name__)

@@ -43,7 +43,7 @@ class AppoUpdate:
         self.frameskip = frameskip
 
     def __call__(self, batch: Batch, params: Learner.Params, peers: Peers | None) -> dict[str, Any]:
-        """Train on ``batch`` (``Learner.copy_batch``'s layout, on the host) with ``params``;
+        """Train on ``batch`` (``BatchCopy``'s layout, on the host) with ``params``;
         bumps the version. The loss figures, lags and sample counts of the batch."""
         start = time.perf_counter()
         cfg, t = params.appo, self.training

@@ -12,11 +12,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from components.datapath.buffers import rollout_workers
 from components.datapath.messages import BatchReady, LearnerIdle, TrajectoryReady
+from components.datapath.record import DataPath
 from components.datapath.settings import DataPathParams
 from components.datapath.slot_stages import BatcherSlots, BatcherStarted, batcher_starts_spec
-from sfbus import Actor, ActorContext, ArraySpec, Signal, Topology, slot
+from sfbus import Actor, ActorContext, ArraySpec, RunRecords, Signal, Topology, slot
 
 
 class Batcher(Actor):
@@ -55,18 +55,18 @@ class Batcher(Actor):
         self.slots: BatcherSlots | None = None
 
     @classmethod
-    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: Any, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
         """The count of this policy's batcher starts (its epoch, see
         components.datapath.slot_stages)."""
         return [batcher_starts_spec(params.policy)]
 
     async def on_start(self) -> None:
         """Take the next epoch and announce it: the workers release what an older one held."""
-        try:
-            workers = rollout_workers(self.context.table.topology, self.params.rollout_actor)
-        except ValueError:  # no rollout workers (a test feeder): no slot stages to keep
-            workers = []
-        self.slots = BatcherSlots(self.context, self.params.policy, workers)
+        # A run with no rollout actor (a test's feeder) has no data path: no slot stages to keep.
+        data_path = self.context.records.get(DataPath)
+        self.slots = BatcherSlots(self.context, self.params.policy,
+                                  data_path.workers if data_path is not None else ())
         if self.slots.epoch:
             self.log.warning("%s: restarted as epoch %d; the trajectories the previous batcher "
                              "held are released to their workers", self.name, self.slots.epoch)

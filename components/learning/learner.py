@@ -1,10 +1,11 @@
 """The learner of one policy: copies a batch out of shared memory, trains APPO, publishes weights.
 
-Per batch: one gather copy of the batch's trajectories into local tensors (so the workers get their
-slots back at once in async mode), V-trace + PPO epochs in a background thread (torch releases the
-GIL, so the event loop keeps moving signals meanwhile), then the new weights are published in
-shared memory under version + 1. Checkpoints go to ``<run_dir>/checkpoints/policy_<id>/``; a run
-directory that already holds some resumes from the newest (``sfbus run FILE --resume RUN_DIR``).
+Per batch: one gather copy of the batch's trajectories into local tensors
+(:mod:`components.learning.batch_copy`; the workers get their slots back at once in async mode),
+V-trace + PPO epochs in a background thread (torch releases the GIL, so the event loop keeps
+moving signals meanwhile), then the new weights are published in shared memory under version + 1.
+Checkpoints go to ``<run_dir>/checkpoints/policy_<id>/``; a run directory that already holds some
+resumes from the newest (``sfbus run FILE --resume RUN_DIR``).
 
 What training changes (policy, Adam, normalizers, counters) is one
 :class:`~components.learning.training_state.TrainingState` on the device the learner trains on;
@@ -29,15 +30,7 @@ from typing import Any, Literal, TypeVar
 import torch
 
 from components.algo import AppoConfig
-from components.datapath.buffers import (
-    STEP_FIELDS,
-    PolicyWeights,
-    SlotSource,
-    TrajectoryBuffer,
-    policy_array_specs,
-    rollout_workers,
-    trajectory_layout,
-)
+from components.datapath.buffers import PolicyWeights, TrajectoryBuffer, policy_array_specs
 from components.datapath.messages import (
     BatchReady,
     EpisodeFinished,
@@ -46,10 +39,12 @@ from components.datapath.messages import (
     TrainingStats,
     WeightsUpdated,
 )
+from components.datapath.record import DataPath
 from components.datapath.settings import DataPathParams
 from components.datapath.slot_stages import LearnerSlots
 from components.envs import env_spec
 from components.learning.appo_update import MEAN_STATS, AppoUpdate, Batch
+from components.learning.batch_copy import BatchCopy
 from components.learning.checkpoint import config_fingerprint, load_newest
 from components.learning.checkpoint_schedule import Kind, LearnerCheckpoints
 from components.learning.distributed import Peers, check_supported, group_from_env, join_peers
@@ -57,10 +52,19 @@ from components.learning.faults import NumericsGuard, restore_published
 from components.learning.heap import keep_freed_memory
 from components.learning.training_state import TrainingState
 from components.models.device import check_device, describe_device, resolve_device
-from components.models.policy import build_policy, published_size
+from components.models.policy import build_policy
 from components.pbt.member import PopulationMember
 from components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
-from sfbus import Actor, ActorContext, ArraySpec, RateLimitedLog, Signal, Topology, slot
+from sfbus import (
+    Actor,
+    ActorContext,
+    ArraySpec,
+    RateLimitedLog,
+    RunRecords,
+    Signal,
+    Topology,
+    slot,
+)
 
 _T = TypeVar("_T")
 _LAG_BUCKETS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
@@ -72,6 +76,7 @@ class Learner(Actor):
     population when a topology wires its PBT slots."""
 
     component = "learner"
+    records = (DataPath,)
 
     @dataclass(frozen=True)
     class Params(DataPathParams):
@@ -129,6 +134,8 @@ class Learner(Actor):
     """Policy, optimizer, normalizers and counters (from ``build``)."""
     population: PopulationMember
     """This learner's part in PBT (from ``build``)."""
+    batches: BatchCopy
+    """Copies each batch out of the workers' buffers (from ``on_start``)."""
 
     def __init__(self, name: str, params: Any = None, context: ActorContext | None = None) -> None:
         super().__init__(name, params, context)
@@ -138,7 +145,6 @@ class Learner(Actor):
         self._background: asyncio.Future[Any] | None = None
         self._stopping = False
         self._failed_batches = 0
-        self._batch: Batch | None = None
         self.peers: Peers | None = None
         self._warn = RateLimitedLog(self.log, 60.0)
         m = self.metrics
@@ -162,10 +168,11 @@ class Learner(Actor):
         )}
 
     @classmethod
-    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: Any, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
         """The policy's published weights and their version counter."""
         check_supported(params.num_policies)
-        return policy_array_specs(params.policy, published_size(params))
+        return policy_array_specs(params.policy, records[DataPath].weights_size(params.policy))
 
     # ----- setup ---------------------------------------------------------------------------
 
@@ -193,13 +200,11 @@ class Learner(Actor):
         self.build(resolve_device(p.device, p.policy + (group.local_rank if group else 0)))
         self.log.info("%s: policy %d trains on %s", self.name, p.policy,
                       describe_device(self.training.device))
-        topology = self.context.table.topology
-        layout = trajectory_layout(p, topology)
-        workers = [TrajectoryBuffer(self.context, w, layout)
-                   for w in rollout_workers(topology, p.rollout_actor)]
-        self._sources = [self._source_views(buffer) for buffer in workers]
-        self._slot_stages = LearnerSlots(self.context,
-                                         rollout_workers(topology, p.rollout_actor), self.log)
+        data_path = self.context.records[DataPath]
+        self.batches = BatchCopy(
+            [TrajectoryBuffer(self.context, w, data_path.layout) for w in data_path.workers],
+            p.rollout, p.state_size, pin=self.training.device.type == "cuda")
+        self._slot_stages = LearnerSlots(self.context, data_path.workers, self.log)
         self.weights = PolicyWeights(self.context, p.policy)
         if self.context.run_dir is not None:
             self.checkpoints = LearnerCheckpoints(
@@ -220,15 +225,6 @@ class Learner(Actor):
                                                self.log, self.name, audit)
         self._publish()
         self.learner_idle.emit(LearnerIdle(p.policy))
-
-    def _source_views(self, buffer: TrajectoryBuffer) -> dict[str, SlotSource]:
-        # What a batch copies from a worker: whole observations (step T bootstraps), the first T
-        # steps of per-step fields, and only the state entering step 0.
-        steps = self.params.rollout
-        views = {f"obs.{k}": buffer.slot_source(f"obs.{k}", steps + 1) for k in buffer.obs_keys}
-        views.update({f: buffer.slot_source(f, steps) for f in STEP_FIELDS if f != "rnn"})
-        views["rnn"] = buffer.slot_source("rnn", None, self.params.state_size)
-        return views
 
     # ----- the batch cycle ------------------------------------------------------------------
 
@@ -253,7 +249,7 @@ class Learner(Actor):
         """Copy the batch out, release its slots (async: at once; sync: after training, also when
         it fails), train, publish, report, checkpoint when due."""
         p = self.params
-        batch, groups = self.copy_batch(msg)
+        batch, groups = self.batches.copy(msg)
         to_release = groups
         try:
             if p.mode == "async":
@@ -278,30 +274,8 @@ class Learner(Actor):
                 self._m_checkpoint_failures.inc()
                 self.report_failure("checkpoint", error)
 
-    def copy_batch(self, msg: BatchReady) -> tuple[Batch, dict[int, list[int]]]:
-        """Gather the batch's trajectories into local tensors, one copy (grouped by worker)."""
-        groups: dict[int, list[int]] = {}
-        for worker, slot_index in zip(msg.workers, msg.slots, strict=True):
-            groups.setdefault(worker, []).append(slot_index)
-        n = len(msg.slots)
-        if self._batch is None or len(self._batch["rewards"]) != n:
-            # Reused across batches: the mailbox runs one batch at a time, and training reads it
-            # only until the next copy starts.
-            # Pinned for a GPU: the upload (TrainingState.to_device) then runs asynchronously.
-            pin = self.training.device.type == "cuda"
-            self._batch = {k: torch.empty((n, *v.shape), dtype=v.dtype, pin_memory=pin)
-                           for k, v in self._sources[0].items()}
-        offset = 0
-        for worker, slots in groups.items():
-            index = torch.tensor(slots, dtype=torch.int64)
-            end = offset + len(slots)
-            for key, source in self._sources[worker].items():
-                source.copy_into(index, self._batch[key][offset:end])
-            offset = end
-        return self._batch, groups
-
     def train(self, batch: Batch) -> dict[str, Any]:
-        """APPO epochs over ``batch`` (the ``copy_batch`` layout, on the host); bumps the
+        """APPO epochs over ``batch`` (the ``BatchCopy`` layout, on the host); bumps the
         version. Any thread."""
         return self.update(batch, self.params, self.peers)
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from components.datapath.messages import EpisodeFinished, RolloutProgress, TrainingStats
 from components.monitoring.status import progress_bar, status_line
-from sfbus import Actor, ArraySpec, Topology, slot
+from sfbus import Actor, ArraySpec, RunRecords, Topology, slot
 from sfbus import metrics as prom
 
 # Windows for the frame rate, in seconds (the paper and Sample Factory report 10 s and 60 s).
@@ -52,7 +52,8 @@ class Stats(Actor):
         otherwise log a plain line each report."""
 
     @classmethod
-    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: Any, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
         """The run's totals, [frames, start time in monotonic ns], kept across a restart."""
         return [ArraySpec(f"{name}.totals", (2,), "int64")]
 

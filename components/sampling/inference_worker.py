@@ -20,14 +20,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from components.datapath.buffers import (
-    PolicyWeights,
-    TrajectoryBuffer,
-    flat_size,
-    rollout_workers,
-    trajectory_layout,
-)
+from components.datapath.buffers import PolicyWeights, TrajectoryBuffer, flat_size
 from components.datapath.messages import ActionsReady, InferenceRequest, WeightsUpdated
+from components.datapath.record import DataPath
 from components.datapath.settings import DataPathParams
 from components.models.device import check_device, describe_device, resolve_device
 from components.models.policy import Policy, build_policy
@@ -97,6 +92,7 @@ class InferenceWorker(Actor):
     """
 
     component = "inference"
+    records = (DataPath,)
 
     @dataclass(frozen=True)
     class Params(DataPathParams):
@@ -151,12 +147,11 @@ class InferenceWorker(Actor):
             _LATENCY_BUCKETS)
         self.m_refreshes = metrics.counter("weight_refreshes", "weights copied from the learner")
         self.m_version = metrics.gauge("policy_version", "version of the weights in use")
-        topology = self.context.table.topology
-        layout = trajectory_layout(p, topology)
-        self.spec = layout.spec
+        data_path = self.context.records[DataPath]
+        self.spec = data_path.spec
         self.state_size = p.state_size
-        buffers = [TrajectoryBuffer(self.context, name, layout)
-                   for name in rollout_workers(topology, p.rollout_actor)]
+        buffers = [TrajectoryBuffer(self.context, name, data_path.layout)
+                   for name in data_path.workers]
         words = [p.seed, p.policy, self.context.replica]
         self.rng = np.random.default_rng([*words, 0x1F])
         self.device = torch.device("cpu") if p.random_actions else resolve_device(

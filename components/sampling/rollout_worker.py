@@ -30,7 +30,7 @@ from collections import deque
 
 import numpy as np
 
-from components.datapath.buffers import TrajectoryBuffer, trajectory_layout
+from components.datapath.buffers import TrajectoryBuffer
 from components.datapath.messages import (
     ActionsReady,
     EpisodeFinished,
@@ -39,6 +39,7 @@ from components.datapath.messages import (
     SlotsReleased,
     TrajectoryReady,
 )
+from components.datapath.record import DataPath
 from components.datapath.slot_stages import BatcherStarted
 from components.pbt.messages import HyperparamsChanged
 from components.sampling.batched_layout import BatchedSplit
@@ -47,7 +48,7 @@ from components.sampling.rollout_faults import RolloutFaults
 from components.sampling.rollout_params import RolloutParams
 from components.sampling.splits import NonBatchedSplit, PopulationSplit, Split, SplitWiring
 from components.sampling.worker_envs import WorkerEnvs
-from sfbus import Actor, ArraySpec, RateLimitedLog, Signal, Topology, slot
+from sfbus import Actor, ArraySpec, RateLimitedLog, RunRecords, Signal, Topology, slot
 
 
 class RolloutWorker(Actor):
@@ -55,6 +56,7 @@ class RolloutWorker(Actor):
 
     component = "rollout"
     Params = RolloutParams
+    records = (DataPath,)
 
     inference_requested = Signal(InferenceRequest, "a split's rows await actions")
     trajectory_ready = Signal(TrajectoryReady, "a slot holds T steps")
@@ -62,10 +64,10 @@ class RolloutWorker(Actor):
     rollout_progress = Signal(RolloutProgress, "env frames since the last report")
 
     @classmethod
-    def shared_arrays(cls, name: str, params: RolloutParams,
-                      topology: Topology) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: RolloutParams, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
         """The worker's trajectory buffer, request table and slot pool."""
-        return trajectory_layout(params, topology).array_specs(name)
+        return records[DataPath].layout.array_specs(name)
 
     async def on_start(self) -> None:
         """Create and reset the envs, take one slot per agent, request every split's actions."""
@@ -77,7 +79,7 @@ class RolloutWorker(Actor):
             cv2.setNumThreads(1)  # one core per worker: cv2's thread pool only adds contention
         p = self.params
         self.worker = self.context.replica
-        layout = trajectory_layout(p, self.context.table.topology)
+        layout = self.context.records[DataPath].layout
         self.spec = layout.spec
         self.buffer = TrajectoryBuffer(self.context, self.name, layout)
         self.pool = self.context.slot_pool(f"{self.name}.pool", owner=self.name, actor=self.name)

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from components.datapath.buffers import TrajectoryBuffer, trajectory_layout
+from components.datapath.buffers import TrajectoryBuffer
 from components.datapath.messages import ActionsReady, BatchReady, InferenceRequest
+from components.datapath.record import DataPath
 from components.datapath.settings import DataPathParams
 from components.envs import EnvError
 from components.envs.multi_agent import ToyMultiAgentEnv
@@ -59,7 +60,7 @@ async def test_inference_serves_a_block_from_a_slice(monkeypatch: pytest.MonkeyP
         policy: Policy = ti.trained_policy(1, BATCHED)
         actors["learner"].publish(policy, 3, announce=False)
         rollout, inference = actors["rollout.1"], actors["inference"]
-        layout = trajectory_layout(BATCHED, rollout.context.table.topology)
+        layout = rollout.context.records[DataPath].layout
         rps = layout.rows_per_split
         assert layout.slots % rps == 0
         block, t = 2 * rps, 1  # the third block, at step 1
@@ -99,7 +100,7 @@ async def test_learner_copies_a_batch_out_of_the_block_layout() -> None:
         assert buffer.layout.block_rows == 2 and buffer.numpy["rewards"].ndim == 3
         # Slots across blocks and rows, out of order, as a batcher assembles them.
         msg = BatchReady(0, (0, 1, 0, 1, 1, 0, 0, 1), (13, 0, 3, 2, 5, 4, 0, 11))
-        batch, groups = learner.copy_batch(msg)
+        batch, groups = learner.batches.copy(msg)
         order = [(w, s) for w, slots in groups.items() for s in slots]
         steps, state = tl.T, learner.params.state_size
         assert batch["obs.obs"].shape == (8, steps + 1, 4) and batch["rnn"].shape == (8, state)

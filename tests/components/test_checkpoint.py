@@ -137,7 +137,7 @@ def make_learner() -> Learner:
 
 
 def random_batch(learner: Learner, seed: int, n: int = 8) -> dict:
-    """A random batch in ``Learner.copy_batch``'s layout, acted by the learner's version."""
+    """A random batch in ``BatchCopy``'s layout, acted by the learner's version."""
     gen = torch.Generator().manual_seed(seed)
     return {"obs.obs": torch.randn(n, T + 1, 4, generator=gen) * 3 + 1,
             "rnn": torch.randn(n, 16, generator=gen) * 0.1,

@@ -17,15 +17,15 @@ from components.datapath.buffers import (
     PolicyWeights,
     TrajectoryBuffer,
     policy_array_specs,
-    trajectory_layout,
 )
 from components.datapath.messages import ActionsReady, InferenceRequest, WeightsUpdated
+from components.datapath.record import DataPath
 from components.datapath.settings import DataPathParams
 from components.models import ModelConfig
-from components.models.policy import Policy, build_policy, published_size
+from components.models.policy import Policy, build_policy
 from components.models.precision import cpu_has_fast_bf16, onednn_has_bf16
 from components.sampling.inference_worker import InferenceWorker
-from sfbus import Actor, ArraySpec, Signal, slot
+from sfbus import Actor, ArraySpec, RunRecords, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
 from tests.devices import DEVICES
 from tests.kernel.conftest import hosted
@@ -39,16 +39,18 @@ class FakeRollout(Actor):
     """Writes observations and states into chosen rows, requests actions, records the answers."""
 
     Params = DataPathParams
+    records = (DataPath,)
     inference_requested = Signal(InferenceRequest)
 
     @classmethod
-    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: Any, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
         """This worker's trajectory buffer and request table."""
-        return trajectory_layout(params, topology).array_specs(name)
+        return records[DataPath].layout.array_specs(name)
 
     async def on_start(self) -> None:
         """Attach the buffer and fill every field the inference worker writes with sentinels."""
-        layout = trajectory_layout(self.params, self.context.table.topology)
+        layout = self.context.records[DataPath].layout
         self.buffer = TrajectoryBuffer(self.context, self.name, layout)
         actions_sentinel = np.nan if layout.spec.is_continuous else -1
         for name, value in (("rnn", np.nan), ("actions", actions_sentinel), ("log_probs", np.nan),
@@ -87,12 +89,14 @@ class FakeLearner(Actor):
     """Owns the published weights of policy 0 and announces new versions."""
 
     Params = DataPathParams
+    records = (DataPath,)
     weights_updated = Signal(WeightsUpdated)
 
     @classmethod
-    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: Any, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
         """The weights vector and its seqlock counter."""
-        return policy_array_specs(0, published_size(params))
+        return policy_array_specs(0, records[DataPath].weights_size(0))
 
     def publish(self, policy: Policy, version: int, announce: bool) -> None:
         """Publish ``policy`` as ``version``, signalling the inference workers if ``announce``."""

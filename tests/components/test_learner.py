@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from components.algo import AppoConfig
-from components.datapath.buffers import PolicyWeights, TrajectoryBuffer, trajectory_layout
+from components.datapath.buffers import PolicyWeights, TrajectoryBuffer
 from components.datapath.messages import (
     BatchReady,
     LearnerIdle,
@@ -22,6 +22,7 @@ from components.datapath.messages import (
     TrainingStats,
     WeightsUpdated,
 )
+from components.datapath.record import DataPath
 from components.datapath.settings import DataPathParams
 from components.learning.checkpoint import CheckpointError
 from components.learning.learner import Learner
@@ -41,11 +42,12 @@ class FakeRollout(Actor):
     """A rollout worker that only owns a trajectory buffer filled with random steps."""
 
     Params = DataPathParams
+    records = (DataPath,)
 
     @classmethod
-    def shared_arrays(cls, name, params, topology):
+    def shared_arrays(cls, name, params, topology, records):
         """The worker's trajectory buffer, as the real rollout worker declares it."""
-        return trajectory_layout(params, topology).array_specs(name)
+        return records[DataPath].layout.array_specs(name)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -54,7 +56,7 @@ class FakeRollout(Actor):
 
     async def on_start(self) -> None:
         """Fill every slot with random but well-formed steps acted by version 1."""
-        layout = trajectory_layout(self.params, self.context.table.topology)
+        layout = self.context.records[DataPath].layout
         self.buffer = TrajectoryBuffer(self.context, self.name, layout)
         fill_random(self.buffer.numpy, np.random.default_rng(self.context.replica))
         self.weights = PolicyWeights(self.context, 0)
@@ -184,7 +186,7 @@ async def test_async_releases_before_training_and_publishes(transport, device):
         assert stats.entropy > 0.5  # near-uniform over 2 actions at the start
 
         # the copy gathered the right rows, grouped by worker in first-appearance order
-        batch, groups = learner.copy_batch(BATCH)
+        batch, groups = learner.batches.copy(BATCH)
         assert groups == {0: [0, 3, 5, 7], 1: [1, 2, 4, 6]}
         order = [(w, s) for w, slots in groups.items() for s in slots]
         for i, (w, s) in enumerate(order):

@@ -40,7 +40,8 @@ async def restart(actors: dict[str, Any], process: str) -> dict[str, Any]:
     old = hosts[index]
     await old.stop()
     new = ProcessHost(old.table, [process], run_id=old.run_id, run_dir=old.run_dir,
-                      sock_dir=old.sock_dir, array_specs=old.array_specs)
+                      sock_dir=old.sock_dir, array_specs=old.array_specs,
+                      records=old.records)
     await new.build()
     await new.start()
     hosts[index] = new

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from components.datapath.buffers import TrajectoryBuffer, rollout_workers, trajectory_layout
+from components.datapath.buffers import TrajectoryBuffer
 from components.datapath.messages import (
     ActionsReady,
     EpisodeFinished,
@@ -19,6 +19,7 @@ from components.datapath.messages import (
     SlotsReleased,
     TrajectoryReady,
 )
+from components.datapath.record import DataPath
 from components.datapath.settings import DataPathParams
 from components.envs import EnvError, make_env
 from components.envs.multi_agent import ToyMultiAgentEnv
@@ -42,16 +43,16 @@ class StandInInference(Actor):
     """Answers requests with random actions and a recognisable next state; or holds them."""
 
     Params = DataPathParams
+    records = (DataPath,)
     AUTO: ClassVar[bool] = True
     actions_ready = Signal(ActionsReady)
 
     async def on_start(self) -> None:
         """Attach every worker's buffer."""
-        topology = self.context.table.topology
-        layout = trajectory_layout(self.params, topology)
-        self.heads = layout.spec.action_heads
-        self.buffers = [TrajectoryBuffer(self.context, name, layout)
-                        for name in rollout_workers(topology, self.params.rollout_actor)]
+        data_path = self.context.records[DataPath]
+        self.heads = data_path.spec.action_heads
+        self.buffers = [TrajectoryBuffer(self.context, name, data_path.layout)
+                        for name in data_path.workers]
         self.rng = np.random.default_rng(0)
         self.auto = type(self).AUTO
         self.pending: deque[InferenceRequest] = deque()
@@ -93,14 +94,14 @@ class HoldingInference(StandInInference):
 class StandInCollector(Actor):
     """Copies every finished trajectory out of shared memory, then (optionally) releases it."""
 
+    records = (DataPath,)
     RELEASE: ClassVar[bool] = True
     slots_released = Signal(SlotsReleased)
 
     async def on_start(self) -> None:
         """Attach the worker's buffer."""
-        topology = self.context.table.topology
-        params = next(a.params for p in topology.processes for a in p.actors if a.name == "rollout")
-        self.buffer = TrajectoryBuffer(self.context, "rollout", trajectory_layout(params, topology))
+        self.buffer = TrajectoryBuffer(self.context, "rollout",
+                                       self.context.records[DataPath].layout)
         self.release = type(self).RELEASE
         self.received: list[TrajectoryReady] = []
         self.trajectories: list[dict[str, np.ndarray]] = []

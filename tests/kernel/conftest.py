@@ -52,7 +52,8 @@ async def hosted(topology: Topology, transport: str = "inproc",
             for group in groups:
                 host = ProcessHost(table, group, run_id=run_id, run_dir=run_dir,
                                    sock_dir=None if transport == "inproc" else sock_dir,
-                                   array_specs={s.name: s for s in specs})
+                                   array_specs={s.name: s for s in specs},
+                                   records=table.records)
                 await host.build()
                 hosts.append(host)
             for host in hosts:

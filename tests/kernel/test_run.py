@@ -35,7 +35,8 @@ class Holder(Actor):
     """Owns a shared array, so that the clean-up checks have a segment to look for."""
 
     @classmethod
-    def shared_arrays(cls, name: str, params: object, topology: object) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: object, topology: object,
+                      records: object) -> list[ArraySpec]:
         """One small array."""
         return [ArraySpec(f"{name}.data", (1024,), "float32")]
 

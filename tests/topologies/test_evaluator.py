@@ -24,7 +24,7 @@ from components.envs.spec import EpisodeStats, ObsDict, StepOutput
 from components.evaluation.evaluator import Evaluator
 from components.models import ModelConfig
 from components.models.policy import build_policy, published_size
-from sfbus import Actor, ArraySpec
+from sfbus import Actor, ArraySpec, RunRecords
 from sfbus.procfs import run_children
 from sfbus.topology import Topology, load_topology
 from sfbus.topology.model import ActorSpec, ProcessSpec
@@ -83,7 +83,8 @@ class StandInLearner(Actor):
     """Publishes weights of a policy that always picks one action, as the test says."""
 
     @classmethod
-    def shared_arrays(cls, name: str, params: Any, topology: Topology) -> list[ArraySpec]:
+    def shared_arrays(cls, name: str, params: Any, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
         """The published weights of the policy in the actor's name (``learner_<id>``)."""
         return policy_array_specs(int(name[-1]), published_size(DATA))
 
