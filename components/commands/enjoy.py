@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from components.commands.outputs import check_writable_file
 from sfbus import BadInput
 
 BAD_INPUT = 2
@@ -126,34 +127,6 @@ def check_seeds(first: int, count: int) -> None:
     if first < 0 or first + count - 1 > MAX_SEED:
         span = f"--seed {first}" if count == 1 else f"--seed {first} with {count} episodes"
         raise EnjoyError(f"{span}: seeds must lie in 0..{MAX_SEED}")
-
-
-def check_writable_file(path: Path, flag: str) -> None:
-    """``path`` can be written (its folder made if missing): checked before any work, and left
-    as it was (a probe file this creates is removed)."""
-    if path.is_dir():
-        raise EnjoyError(f"{flag} {path}: is a directory")
-    existed = path.exists()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("ab"):
-            pass
-    except OSError as error:
-        raise EnjoyError(f"{flag} {path}: cannot write it: {error.strerror or error}") from None
-    if not existed:
-        path.unlink(missing_ok=True)
-
-
-def check_writable_dir(path: Path, flag: str) -> None:
-    """``path`` is (or can be made) a folder to write files into; made now."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".sfbus-probe-{os.getpid()}"
-        probe.touch()
-        probe.unlink()
-    except OSError as error:
-        raise EnjoyError(f"{flag} {path}: cannot write files there: "
-                         f"{error.strerror or error}") from None
 
 
 def learners(run_dir: Path) -> dict[int, Any]:

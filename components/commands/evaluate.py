@@ -23,11 +23,11 @@ from components.commands.enjoy import (
     EnjoyError,
     build_from_checkpoint,
     check_seeds,
-    check_writable_dir,
     learners,
     make_play_env,
     read_checkpoint,
 )
+from components.commands.outputs import check_writable_dir
 from sfbus import BadInput
 
 BAD_INPUT = 2

@@ -28,11 +28,11 @@ from torch import Tensor, nn
 
 from components.commands.enjoy import (
     EnjoyError,
-    check_writable_file,
     learner_params,
     make_play_env,
     read_checkpoint,
 )
+from components.commands.outputs import check_writable_file
 from components.envs import EnvSpec
 from components.models.policy import Policy
 from sfbus import BadInput, SfbusError
@@ -91,11 +91,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def _check_output(out: Path) -> Path:
     if out.suffix != ".onnx":
         raise EnjoyError(f"--onnx {out}: the file name must end in .onnx")
-    if out.is_dir():
-        raise EnjoyError(f"--onnx {out}: is a directory")
-    if not out.parent.is_dir():
-        raise EnjoyError(f"--onnx {out}: no such directory {out.parent}")
-    check_writable_file(out, "--onnx")
+    check_writable_file(out, "--onnx", make_folder=False)
     return out
 
 

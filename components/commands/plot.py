@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.commands.outputs import check_writable_dir
 from sfbus import BadInput
 
 BAD_INPUT = 2
@@ -77,7 +78,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     try:
         folders = expand_sweeps([Path(run) for run in args.run_dirs])
         runs = [read_progress(folder) for folder in folders]
-        _check_out(out)
+        check_writable_dir(out, "--out", "the figures")
     except PlotError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
         raise BadInput(str(error)) from None
     for run, folder in zip(runs, folders, strict=True):
@@ -87,18 +88,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
     for path in plot_runs(runs, out):
         print(path)
     return 0
-
-
-def _check_out(out: Path) -> None:
-    """``out`` is (or can be made) a folder to write the figures into; made now."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".{FIGURES[0]}.probe"
-        probe.touch()
-        probe.unlink()
-    except OSError as error:
-        raise PlotError(f"--out {out}: cannot write the figures there: "
-                        f"{error.strerror or error}") from None
 
 
 def expand_sweeps(folders: list[Path]) -> list[Path]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.commands.outputs import check_writable_file
 from sfbus import BadInput
 
 MAX_RUNS = 10_000  # each combination is validated first (~25 ms each)
@@ -103,7 +104,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise BadInput(f"sweep combination {name}: {error}") from None
     assert topology is not None
     if args.slurm is not None:
-        _check_slurm_out(Path(args.slurm))
+        check_writable_file(Path(args.slurm), "--slurm", make_folder=False)
         # the folder's name and path go into #SBATCH comment lines, where shell quoting does not
         # hold: a newline would end the comment and run the rest as a command of the script
         for name, text in (("--sweep-dir", args.sweep_dir or ""),
@@ -134,22 +135,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               f"(sbatch {args.slurm})")
         return 0
     return run_all(args, runs, sweep_dir, record)
-
-
-def _check_slurm_out(out: Path) -> None:
-    """The Slurm script can be written at ``out``; nothing is left by the check."""
-    if out.is_dir():
-        raise BadInput(f"--slurm {out}: is a directory")
-    if not out.parent.is_dir():
-        raise BadInput(f"--slurm {out}: no such directory {out.parent}")
-    existed = out.exists()
-    try:
-        with out.open("a"):
-            pass
-    except OSError as error:
-        raise BadInput(f"--slurm {out}: cannot write it: {error.strerror or error}") from None
-    if not existed:
-        out.unlink(missing_ok=True)
 
 
 def _make_sweep_dir(given: str | None, topology_name: str) -> Path:
