@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import tempfile
+import textwrap
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 
+from sfbus.errors import TopologyError
 from sfbus.host import ProcessHost
 from sfbus.routing import RoutingTable
 from sfbus.shm import SharedMemory, new_run_id
+from sfbus.topology import load_topology
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
 
 TRANSPORTS = ("inproc", "ipc")
@@ -75,3 +79,22 @@ def transport(request: pytest.FixtureRequest) -> str:
 def host_topology() -> Callable:
     """The ``hosted`` context manager."""
     return hosted
+
+
+@pytest.fixture
+def load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Topology]:
+    """Write YAML text to t.yaml in a temp dir and load it, so errors read 't.yaml:L:C: ...'."""
+    monkeypatch.chdir(tmp_path)
+
+    def load_text(text: str, overrides: tuple[str, ...] = ()) -> Topology:
+        Path("t.yaml").write_text(textwrap.dedent(text), encoding="utf-8")
+        return load_topology("t.yaml", overrides)
+
+    return load_text
+
+
+def error_of(load: Callable[..., Topology], text: str, overrides: tuple[str, ...] = ()) -> str:
+    """The message of the TopologyError that loading ``text`` raises."""
+    with pytest.raises(TopologyError) as info:
+        load(text, overrides)
+    return str(info.value)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from sfbus.errors import TopologyError
 from sfbus.routing import RoutingTable
 from sfbus.topology import ActorSpec, Topology, load_topology
 from sfbus.topology.yaml_source import dump_yaml
+from tests.kernel.conftest import error_of
 
 KERNEL = Path(__file__).parent
 
@@ -36,24 +35,6 @@ connections:
 @pytest.fixture(autouse=True)
 def _sample_actors_importable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(KERNEL))
-
-
-@pytest.fixture
-def load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """Write YAML text to t.yaml in a temp dir and load it, so errors read 't.yaml:L:C: ...'."""
-    monkeypatch.chdir(tmp_path)
-
-    def load_text(text: str, overrides: tuple[str, ...] = ()) -> Topology:
-        Path("t.yaml").write_text(textwrap.dedent(text), encoding="utf-8")
-        return load_topology("t.yaml", overrides)
-
-    return load_text
-
-
-def error_of(load, text: str, overrides: tuple[str, ...] = ()) -> str:
-    with pytest.raises(TopologyError) as info:
-        load(text, overrides)
-    return str(info.value)
 
 
 def actors_of(topology: Topology) -> dict[str, ActorSpec]:

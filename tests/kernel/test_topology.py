@@ -11,6 +11,7 @@ import pytest
 from sfbus.errors import TopologyError
 from sfbus.topology import Location, RunSettings, load_topology
 from sfbus.topology.params import ParamError, convert
+from tests.kernel.conftest import error_of
 
 KERNEL = Path(__file__).parent
 
@@ -25,24 +26,6 @@ def _sample_actors_importable(monkeypatch: pytest.MonkeyPatch) -> None:
 def in_kernel_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     """Run from tests/kernel so fixture paths (and error messages) are 'fixtures/x.yaml'."""
     monkeypatch.chdir(KERNEL)
-
-
-@pytest.fixture
-def load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """Write YAML text to t.yaml in a temp dir and load it, so errors read 't.yaml:L:C: ...'."""
-    monkeypatch.chdir(tmp_path)
-
-    def load_text(text: str, overrides: tuple[str, ...] = ()):
-        Path("t.yaml").write_text(textwrap.dedent(text), encoding="utf-8")
-        return load_topology("t.yaml", overrides)
-
-    return load_text
-
-
-def error_of(load, text: str, overrides: tuple[str, ...] = ()) -> str:
-    with pytest.raises(TopologyError) as info:
-        load(text, overrides)
-    return str(info.value)
 
 
 GOOD = """\
