@@ -1,4 +1,5 @@
-"""Env names -> factories: `doom_<scenario>`, `gym:<EnvId>`, short names, `pkg.mod:factory`."""
+"""Env names -> factories: `doom_<scenario>`, `atari_<game>`, `gym:<EnvId>`, short names,
+`pkg.mod:factory`."""
 
 from __future__ import annotations
 
@@ -47,8 +48,9 @@ def env_spec(name: str, **kwargs: Any) -> EnvSpec:
 
 
 def known_envs() -> list[str]:
-    """Registered short names and every `doom_<scenario>`, sorted (`gym:<Id>` not listed)."""
-    return sorted(set(_REGISTRY) | set(_doom_names()))
+    """Registered short names, every `doom_<scenario>` and `atari_<game>`, sorted (`gym:<Id>`
+    not listed)."""
+    return sorted(set(_REGISTRY) | set(_doom_names()) | set(_atari_names()))
 
 
 def _resolve(name: str) -> Factory:
@@ -62,6 +64,15 @@ def _resolve(name: str) -> Factory:
         if scenario not in doom_scenarios():
             raise UnknownEnvError(_unknown(name, _doom_names()))
         return lambda **kw: make_doom_env(scenario, **kw)
+    if name.startswith("atari_"):
+        try:
+            from components.envs.atari import atari_games, atari_names, make_atari_env
+        except ImportError as e:
+            raise UnknownEnvError(f"env {name!r} needs ale-py ({e}); pip install ale-py") from e
+        game = name[len("atari_"):]
+        if game not in atari_games():  # unknown game, or its ROM is missing from ale-py
+            raise UnknownEnvError(_unknown(name, atari_names()))
+        return lambda **kw: make_atari_env(game, **kw)
     if name.startswith("gym:"):
         import gymnasium as gym
 
@@ -94,6 +105,14 @@ def _doom_names() -> list[str]:
     except ImportError:  # vizdoom or cv2 missing: no doom envs to offer
         return []
     return [f"doom_{s}" for s in doom_scenarios()]
+
+
+def _atari_names() -> list[str]:
+    try:
+        from components.envs.atari import atari_names
+    except ImportError:  # ale-py missing: no Atari envs to offer
+        return []
+    return atari_names()
 
 
 def _unknown(name: str, candidates: list[str]) -> str:
