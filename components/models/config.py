@@ -12,9 +12,10 @@ from components.models.precision import Precision
 class ModelConfig:
     """Shape of the actor-critic network; defaults are the paper's VizDoom model."""
 
-    encoder: Literal["auto", "conv_simple", "mlp"] = "auto"
+    encoder: Literal["auto", "conv_simple", "nature_cnn", "mlp"] = "auto"
     """Encoder of the main observation `obs`: `auto` picks `conv_simple` for `[C, H, W]`
-    observations and `mlp` for `[D]` vectors."""
+    observations and `mlp` for `[D]` vectors; `nature_cnn` is the Atari encoder of Mnih et al.
+    (2015) (32 8x8/4, 64 4x4/2, 64 3x3/1, then FC `hidden`), for 84x84 frame stacks."""
 
     hidden: int = 512
     """Width of the fully-connected layer after the conv stack (the encoder's output size)."""

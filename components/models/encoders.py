@@ -1,4 +1,5 @@
-"""Observation encoders: the paper's conv stack, a vector MLP and the measurements MLP."""
+"""Observation encoders: the paper's conv stack, the Nature CNN, a vector MLP and the
+measurements MLP."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from components.models.precision import uses_bf16
 # (out_channels, kernel, stride) of Sample Factory's `convnet_simple`, the "3-layer convolutional
 # head followed by a fully-connected layer" of supplement A.1.3.
 CONV_SIMPLE_FILTERS: tuple[tuple[int, int, int], ...] = ((32, 8, 4), (64, 4, 2), (128, 3, 2))
+# The DQN paper's encoder (Mnih et al. 2015, "Human-level control"), Sample Factory's
+# `convnet_atari`: on 84x84 inputs it leaves 64 maps of 7x7 for the FC layer.
+NATURE_CNN_FILTERS: tuple[tuple[int, int, int], ...] = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
 
 
 def activation(name: str) -> nn.Module:
@@ -27,15 +31,17 @@ def mlp(in_size: int, widths: tuple[int, ...], nonlinearity: str) -> nn.Sequenti
     return nn.Sequential(*layers)
 
 
-class ConvSimpleEncoder(nn.Module):
-    """3 conv layers (32 8x8/4, 64 4x4/2, 128 3x3/2) then one FC layer to `hidden`, all ELU."""
+class ConvEncoder(nn.Module):
+    """Conv layers of `filters` (out_channels, kernel, stride), then one FC layer to `hidden`,
+    each followed by the configured nonlinearity."""
 
-    def __init__(self, obs_shape: tuple[int, ...], cfg: ModelConfig) -> None:
+    def __init__(self, obs_shape: tuple[int, ...], cfg: ModelConfig,
+                 filters: tuple[tuple[int, int, int], ...]) -> None:
         super().__init__()
         self.obs_shape = tuple(obs_shape)
         layers: list[nn.Module] = []
         channels = obs_shape[0]
-        for out_channels, kernel, stride in CONV_SIMPLE_FILTERS:
+        for out_channels, kernel, stride in filters:
             layers += [
                 nn.Conv2d(channels, out_channels, kernel, stride),
                 activation(cfg.nonlinearity),
@@ -57,6 +63,21 @@ class ConvSimpleEncoder(nn.Module):
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
         x = x.to(dtype, memory_format=torch.channels_last)
         return self.fc(torch.flatten(self.conv(x), 1))
+
+
+class ConvSimpleEncoder(ConvEncoder):
+    """3 conv layers (32 8x8/4, 64 4x4/2, 128 3x3/2) then one FC layer to `hidden` (the paper's;
+    the only encoder the packed CPU inference path runs)."""
+
+    def __init__(self, obs_shape: tuple[int, ...], cfg: ModelConfig) -> None:
+        super().__init__(obs_shape, cfg, CONV_SIMPLE_FILTERS)
+
+
+class NatureCnnEncoder(ConvEncoder):
+    """The Nature CNN: 32 8x8/4, 64 4x4/2, 64 3x3/1, then one FC layer to `hidden` (512)."""
+
+    def __init__(self, obs_shape: tuple[int, ...], cfg: ModelConfig) -> None:
+        super().__init__(obs_shape, cfg, NATURE_CNN_FILTERS)
 
 
 class MlpEncoder(nn.Module):
@@ -92,17 +113,18 @@ class ObsEncoder(nn.Module):
         if kind == "auto":
             kind = "conv_simple" if len(obs_shape) == 3 else "mlp"
         self.main: nn.Module
-        if kind == "conv_simple":
+        convs = {"conv_simple": ConvSimpleEncoder, "nature_cnn": NatureCnnEncoder}
+        if kind in convs:
             if len(obs_shape) != 3:
-                raise ValueError(f"conv_simple needs [C, H, W] observations, got {obs_shape}")
-            self.main = ConvSimpleEncoder(obs_shape, cfg)
+                raise ValueError(f"{kind} needs [C, H, W] observations, got {obs_shape}")
+            self.main = convs[kind](obs_shape, cfg)
         else:
             if len(obs_shape) != 1:
                 raise ValueError(f"mlp encoder needs [D] observations, got {obs_shape}")
             self.main = MlpEncoder(obs_shape[0], cfg.mlp_layers, cfg.nonlinearity)
         self.out_size: int = self.main.out_size
-        # `auto` means bfloat16 for the conv stack only: a small MLP gains nothing from it
-        self.precision = "float32" if cfg.precision == "auto" and kind != "conv_simple" \
+        # `auto` means bfloat16 for a conv stack only: a small MLP gains nothing from it
+        self.precision = "float32" if cfg.precision == "auto" and kind not in convs \
             else cfg.precision
         self.measurements: MlpEncoder | None = None
         if cfg.architecture == "full":
