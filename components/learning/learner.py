@@ -123,6 +123,13 @@ class Learner(Actor):
         def __post_init__(self) -> None:
             super().__post_init__()
             check_device(self.device)
+            # Minibatches are whole trajectories: with fewer than one each, some would be empty
+            # and every training step would fail at run time.
+            if self.appo.num_batches_per_epoch > self.trajectories_per_batch:
+                raise ValueError(
+                    f"appo.num_batches_per_epoch ({self.appo.num_batches_per_epoch}) exceeds the "
+                    f"trajectories of a batch (batch_size {self.batch_size} / rollout "
+                    f"{self.rollout} = {self.trajectories_per_batch}); every minibatch needs one")
 
     learner_idle = Signal(LearnerIdle, "ready for the next batch")
     slots_released = Signal(SlotsReleased, "a worker's slots were copied (one per worker)")

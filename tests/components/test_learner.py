@@ -197,6 +197,13 @@ async def test_async_releases_before_training_and_publishes(transport, device):
         assert batch["obs.obs"].shape == (8, T + 1, 4) and batch["rewards"].shape == (8, T)
 
 
+def test_more_minibatches_than_trajectories_is_refused_at_validation():
+    # 64 / 8 = 8 trajectories: a 9th minibatch would be empty and every training step would fail
+    with pytest.raises(ValueError, match=r"num_batches_per_epoch \(9\) exceeds .* = 8\)"):
+        Learner.Params(**SETTINGS, appo=replace(APPO, num_batches_per_epoch=9))
+    Learner.Params(**SETTINGS, appo=replace(APPO, num_batches_per_epoch=8))
+
+
 async def test_sync_releases_after_publishing():
     async with hosted(learner_topology("sync")) as actors:
         driver = actors["driver"]
