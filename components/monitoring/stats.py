@@ -7,6 +7,7 @@ Every ``report_every_s`` it logs one line per run and appends a JSON record to
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections import deque
@@ -27,6 +28,9 @@ _FPS_WINDOWS = (10.0, 60.0)
 class _PolicyStats:
     returns: deque[float]
     lengths: deque[int]
+    true_returns: deque[float]
+    """The game scores of episodes whose env reports one apart from the reward trained on
+    (VizDoom's unshaped score, Atari's raw score)."""
     episodes: int = 0
     last: TrainingStats | None = None
     frames: int = 0
@@ -114,7 +118,8 @@ class Stats(Actor):
         stats = self.policies.get(policy)
         if stats is None:
             n = self.params.average_episodes
-            stats = self.policies[policy] = _PolicyStats(deque(maxlen=n), deque(maxlen=n))
+            stats = self.policies[policy] = _PolicyStats(deque(maxlen=n), deque(maxlen=n),
+                                                         deque(maxlen=n))
         return stats
 
     @slot
@@ -123,6 +128,8 @@ class Stats(Actor):
         stats = self._policy(msg.policy)
         stats.returns.append(msg.episode_return)
         stats.lengths.append(msg.length)
+        if not math.isnan(msg.true_return):
+            stats.true_returns.append(msg.true_return)
         stats.episodes += 1
         self._episodes_metric.labels(str(msg.policy)).inc()
 
@@ -169,7 +176,9 @@ class Stats(Actor):
             entry = self._policy_record(policy, stats)
             record["policies"][str(policy)] = entry
             if "reward" in entry:
-                parts.append(f"p{policy} reward {entry['reward']:.2f} len {entry['length']:.0f}")
+                true = f" true {entry['true_reward']:.2f}" if "true_reward" in entry else ""
+                parts.append(f"p{policy} reward {entry['reward']:.2f}{true} "
+                             f"len {entry['length']:.0f}")
             if stats.fps is not None:
                 name = "" if "reward" in entry else f"p{policy} "
                 parts.append(f"{name}fps {stats.fps:,.0f} ({stats.share:.0%})")
@@ -206,6 +215,8 @@ class Stats(Actor):
             entry["length"] = sum(stats.lengths) / len(stats.lengths)
             self._reward_metric.labels(str(policy)).set(entry["reward"])
             self._length_metric.labels(str(policy)).set(entry["length"])
+        if stats.true_returns:
+            entry["true_reward"] = sum(stats.true_returns) / len(stats.true_returns)
         if stats.fps is not None:
             entry.update(fps=round(stats.fps, 1), fps_share=round(stats.share, 4))
         if stats.last is not None:

@@ -56,6 +56,8 @@ def status_line(frames: int, fps: Mapping[str, float], policies: Mapping[str, Ma
         text = f"p{policy}"
         if "reward" in entry:
             text += f" reward {entry['reward']:.2f}"
+        if "true_reward" in entry:
+            text += f" true {entry['true_reward']:.2f}"
         if "version" in entry:
             text += f" v{entry['version']} lag {entry['lag']:.1f}"
         if "fps_share" in entry:

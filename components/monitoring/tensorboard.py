@@ -13,13 +13,15 @@ batch or two. Files go to ``<run_dir>/tensorboard/`` (``tensorboard --logdir RUN
 With ``wandb.project`` set, the same scalars also go to Weights & Biases with the run's settings
 as its config (:mod:`components.monitoring.wandb_sink`).
 
-Tags: ``policy_<id>/reward``, ``episode_length``, ``policy_loss``, ``value_loss``, ``entropy``,
-``kl``, ``grad_norm``, ``lr``, ``lag`` (mean policy lag of the batch), ``lag_max``,
-``clip_fraction``; and ``run/fps`` (env frames per second of the whole run, all policies).
+Tags: ``policy_<id>/reward``, ``true_reward`` (the game score, where the env reports one),
+``episode_length``, ``policy_loss``, ``value_loss``, ``entropy``, ``kl``, ``grad_norm``, ``lr``,
+``lag`` (mean policy lag of the batch), ``lag_max``, ``clip_fraction``; and ``run/fps`` (env
+frames per second of the whole run, all policies).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +44,8 @@ class _Episodes:
 
     returns: list[float] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
+    true_returns: list[float] = field(default_factory=list)
+    """Game scores, for envs that report one apart from the reward trained on."""
 
 
 class TensorBoardWriter(Actor):
@@ -93,6 +97,8 @@ class TensorBoardWriter(Actor):
             episodes = self.episodes[msg.policy] = _Episodes()
         episodes.returns.append(msg.episode_return)
         episodes.lengths.append(msg.length)
+        if not math.isnan(msg.true_return):
+            episodes.true_returns.append(msg.true_return)
 
     @slot
     def on_rollout_progress(self, msg: RolloutProgress) -> None:
@@ -132,8 +138,13 @@ class TensorBoardWriter(Actor):
                                        self.frames)
                 self.writer.add_scalar(f"{prefix}/episode_length", sum(episodes.lengths) / count,
                                        self.frames)
+                if episodes.true_returns:
+                    self.writer.add_scalar(
+                        f"{prefix}/true_reward",
+                        sum(episodes.true_returns) / len(episodes.true_returns), self.frames)
                 episodes.returns.clear()
                 episodes.lengths.clear()
+                episodes.true_returns.clear()
         now = time.monotonic()
         then, frames = self._last
         if now > then and (self.frames > frames or not final):

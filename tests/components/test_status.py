@@ -30,8 +30,10 @@ def test_progress_bar_towards_frames_and_seconds() -> None:
 
 def test_status_line_per_policy() -> None:
     line = status_line(2000, {"10s": 1500.0, "60s": 1400.0},
-                       {"0": {"reward": 12.5, "version": 7, "lag": 1.25}, "1": {}})
-    assert line == "2.0k frames | fps 1.5k (10s) 1.4k (60s) | p0 reward 12.50 v7 lag 1.2 | p1"
+                       {"0": {"reward": 12.5, "version": 7, "lag": 1.25}, "1": {},
+                        "2": {"reward": 3.0, "true_reward": 11.0}})
+    assert line == ("2.0k frames | fps 1.5k (10s) 1.4k (60s) | p0 reward 12.50 v7 lag 1.2 | p1"
+                    " | p2 reward 3.00 true 11.00")
 
 
 @pytest.mark.multiprocess

@@ -85,7 +85,8 @@ async def test_scalars_per_policy_against_env_frames(tmp_path, transport):
         emitter.hyperparams_changed.emit(HyperparamsChanged(
             1, ("appo.lr", "reward_shaping.death"), (2e-4, -0.25)))
         emitter.training_stats.emit(training_stats(1, loss=-0.125, env_frames=512))
-        emitter.episode_finished.emit(EpisodeFinished(1, episode_return=-1.0, length=3, frames=12))
+        emitter.episode_finished.emit(EpisodeFinished(1, episode_return=-1.0, length=3, frames=12,
+                                                      true_return=4.0))
         await until(lambda: 1 in board.episodes)
     # stopping wrote the last window (no frames came in: no fps) and closed the file
 
@@ -102,6 +103,9 @@ async def test_scalars_per_policy_against_env_frames(tmp_path, transport):
     assert found["policy_0/kl"][0][1] == pytest.approx(0.01)
     assert found["policy_1/reward"] == [(1500, -1.0)]
     assert found["policy_1/episode_length"] == [(1500, 3.0)]
+    # a game score only where the env reports one (Atari's raw score, VizDoom's unshaped one)
+    assert found["policy_1/true_reward"] == [(1500, 4.0)]
+    assert "policy_0/true_reward" not in found
     assert found["policy_1/policy_loss"] == [(512, -0.125)]
     assert found["policy_1/hp/appo.lr"][0][0] == 1500
     assert found["policy_1/hp/appo.lr"][0][1] == pytest.approx(2e-4)
