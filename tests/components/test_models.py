@@ -292,6 +292,21 @@ def test_packed_step_matches_the_float32_step_and_follows_new_weights(
     compare()
 
 
+def test_nature_cnn_on_an_atari_frame_stack() -> None:
+    from components.models.encoders import NatureCnnEncoder, ObsEncoder
+
+    encoder = ObsEncoder({"obs": ((4, 84, 84), "uint8")},
+                         ModelConfig(encoder="nature_cnn", nonlinearity="relu", precision="float32"))
+    assert isinstance(encoder.main, NatureCnnEncoder)
+    convs = [m for m in encoder.main.conv if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [
+        (32, (8, 8), (4, 4)), (64, (4, 4), (2, 2)), (64, (3, 3), (1, 1))]
+    assert encoder.main.fc[0].in_features == 64 * 7 * 7  # 84 -> 20 -> 9 -> 7
+    assert isinstance(encoder.main.fc[1], torch.nn.ReLU)
+    out = encoder({"obs": torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)})
+    assert out.shape == (5, 512) and encoder.out_size == 512 and out.dtype == torch.float32
+
+
 @pytest.mark.parametrize("onednn_bf16", [True, False])
 def test_packable_only_for_the_conv_encoder_with_a_gru_or_no_core(
         monkeypatch: pytest.MonkeyPatch, onednn_bf16: bool) -> None:
@@ -310,6 +325,7 @@ def test_packable_only_for_the_conv_encoder_with_a_gru_or_no_core(
     assert packable(model()) == onednn_bf16
     assert packable(model(core="none")) == onednn_bf16
     assert not packable(model(core="lstm"))
+    assert not packable(model(encoder="nature_cnn"))  # the packed path knows conv_simple only
     assert not packable(model(architecture="full"))
     assert not packable(model(precision="float32"))
     assert not packable(ActorCritic({"obs": ((6,), "float32")}, (3,), None, ModelConfig()))
