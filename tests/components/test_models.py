@@ -295,8 +295,8 @@ def test_packed_step_matches_the_float32_step_and_follows_new_weights(
 def test_nature_cnn_on_an_atari_frame_stack() -> None:
     from components.models.encoders import NatureCnnEncoder, ObsEncoder
 
-    encoder = ObsEncoder({"obs": ((4, 84, 84), "uint8")},
-                         ModelConfig(encoder="nature_cnn", nonlinearity="relu", precision="float32"))
+    cfg = ModelConfig(encoder="nature_cnn", nonlinearity="relu", precision="float32")
+    encoder = ObsEncoder({"obs": ((4, 84, 84), "uint8")}, cfg)
     assert isinstance(encoder.main, NatureCnnEncoder)
     convs = [m for m in encoder.main.conv if isinstance(m, torch.nn.Conv2d)]
     assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [
