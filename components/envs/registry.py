@@ -118,6 +118,9 @@ def _atari_names() -> list[str]:
 def _unknown(name: str, candidates: list[str]) -> str:
     close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    listed = candidates if len(candidates) <= 40 else [*close, "..."]
-    return (f"unknown env {name!r}{hint} Known: {', '.join(listed)}; "
-            "also 'gym:<EnvId>' for any gymnasium id and 'pkg.module:factory' for your own.")
+    # The 100-odd Atari games would drown the other names: they are named by their pattern.
+    listed = [c for c in candidates if not c.startswith("atari_")] or candidates
+    listed = listed if len(listed) <= 40 else [*close, "..."]
+    return (f"unknown env {name!r}{hint} Known: {', '.join(listed)}; also 'atari_<game>' for "
+            "the Atari games of ale-py, 'gym:<EnvId>' for any gymnasium id and "
+            "'pkg.module:factory' for your own.")
