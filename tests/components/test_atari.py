@@ -51,6 +51,20 @@ def test_unknown_game_names_close_ones() -> None:
         make_env("atari_breakot")
 
 
+def test_a_missing_rom_is_an_unknown_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ale_py import roms
+
+    found = roms.get_rom_path
+    monkeypatch.setattr(roms, "get_rom_path", lambda rom: None if rom == "pong" else found(rom))
+    atari_games.cache_clear()
+    try:
+        with pytest.raises(UnknownEnvError, match="unknown env 'atari_pong'"):
+            make_env("atari_pong")
+        assert "atari_pong" not in known_envs() and "atari_breakout" in known_envs()
+    finally:
+        atari_games.cache_clear()
+
+
 def test_frames_are_the_max_of_the_last_two_and_stacked_oldest_first() -> None:
     raw, env = raw_breakout(), plain_breakout()
     obs = env.spec.empty_obs()
