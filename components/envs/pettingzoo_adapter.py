@@ -1,4 +1,5 @@
-"""A PettingZoo parallel env as a `MultiAgentEnv`: env names `pettingzoo:<module>[:<factory>]`.
+"""A PettingZoo parallel env as a `MultiAgentEnv`: env names `pettingzoo:<registry id>`,
+`pettingzoo:<module>` (its `parallel_env`) and `pettingzoo:<module>:<factory>`.
 
 Agents are the rows of every array in the order of the env's `possible_agents`, fixed for the
 env's life; all of them must share one observation and one action space (as Sample Factory
@@ -72,7 +73,7 @@ class PettingZooEnv(MultiAgentEnv):
     def step_into(self, actions: np.ndarray, obs_out: ObsDict) -> StepOutput:
         """Step the live agents with their rows of `actions`; rows of absent agents read as
         inactive (see the module's docstring); reset inside the step when no agent is left."""
-        acting = self._live.copy()
+        acting = self._live  # replaced, never written in place, below
         obs, rewards, terms, truncs, infos = self.env.step(
             {a: self._action(actions[i]) for i, a in enumerate(self.agents) if acting[i]})
         reward = np.array([rewards.get(a, 0.0) for a in self.agents], np.float32)
