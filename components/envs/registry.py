@@ -58,7 +58,8 @@ def _resolve(name: str) -> Factory:
         factory = _REGISTRY[name]
         return _import(factory, name) if isinstance(factory, str) else factory
     if name.startswith("doom_"):
-        from components.envs.doom.game import doom_scenarios, make_doom_env
+        from components.envs.doom.game import make_doom_env
+        from components.envs.doom.scenarios import doom_scenarios
 
         scenario = name[len("doom_"):]
         if scenario not in doom_scenarios():
@@ -101,7 +102,7 @@ def _import(target: str, name: str) -> Factory:
 
 def _doom_names() -> list[str]:
     try:
-        from components.envs.doom.game import doom_scenarios
+        from components.envs.doom.scenarios import doom_scenarios
     except ImportError:  # vizdoom or cv2 missing: no doom envs to offer
         return []
     return [f"doom_{s}" for s in doom_scenarios()]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from components.algo import appo_loss
+from components.envs import EnvSpec
 from components.learning.distributed import Peers
 from components.learning.faults import NumericsGuard
 from components.learning.training_state import TrainingState
@@ -33,14 +34,16 @@ _IMAGE_STAT_STRIDE = 8
 
 class AppoUpdate:
     """APPO epochs over one batch at a time, on ``training``; ``population`` says which steps
-    count, ``numerics`` keeps and puts back the last good state."""
+    count, ``numerics`` keeps and puts back the last good state; ``spec`` gives the env's
+    frameskip and reward scale."""
 
     def __init__(self, training: TrainingState, population: PopulationMember,
-                 numerics: NumericsGuard, frameskip: int) -> None:
+                 numerics: NumericsGuard, spec: EnvSpec) -> None:
         self.training = training
         self.population = population
         self.numerics = numerics
-        self.frameskip = frameskip
+        self.frameskip = spec.frameskip
+        self.env_reward_scale = spec.reward_scale
 
     def __call__(self, batch: Batch, params: Learner.Params, peers: Peers | None) -> dict[str, Any]:
         """Train on ``batch`` (``BatchCopy``'s layout, on the host) with ``params``;
@@ -66,7 +69,8 @@ class AppoUpdate:
         valids = self.population.valid_steps(batch)  # another policy's steps feed V-trace only
         data = {"obs": obs, "rnn_states": batch["rnn"], "actions": batch["actions"],
                 "log_probs": batch["log_probs"], "values": batch["values"],
-                "rewards": batch["rewards"] * params.reward_scale, "dones": batch["dones"],
+                "rewards": batch["rewards"] * (params.reward_scale * self.env_reward_scale),
+                "dones": batch["dones"],
                 "policy_versions": batch["versions"], "valids": valids,
                 "learner_version": t.version}
         figures: list[dict[str, float]] = []

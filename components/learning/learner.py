@@ -87,7 +87,8 @@ class Learner(Actor):
         appo: AppoConfig = field(default_factory=AppoConfig)
         """APPO hyperparameters (``--set appo.lr=...``)."""
         reward_scale: float = 1.0
-        """Rewards are multiplied by this before the loss (Sample Factory: 0.01 on doom_basic)."""
+        """Rewards are multiplied by this, and by the env's own scale (``EnvSpec.reward_scale``:
+        0.01 on doom_basic, as Sample Factory), before the loss."""
         checkpoint_every_s: float = 120.0
         """Seconds between checkpoints (one more is written at a graceful stop)."""
         keep_checkpoints: int = 3
@@ -197,7 +198,7 @@ class Learner(Actor):
         self._numerics = NumericsGuard(self.training, p.max_bad_updates, p.good_state_every,
                                        self.log, self.name, self._m_restores)
         self.update = AppoUpdate(self.training, self.population, self._numerics,
-                                 self.spec.frameskip)
+                                 self.spec)
 
     async def on_start(self) -> None:
         """Build, attach the workers' buffers, resume from a checkpoint, publish, say idle."""
