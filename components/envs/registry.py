@@ -74,7 +74,13 @@ def env_spec(name: str, **kwargs: Any) -> EnvSpec:
             "the factory at the top level of a module of its own and register it from there")
     key = (name, repr(sorted((k, v) for k, v in kwargs.items() if k != "seed")))
     if key not in _SPEC_CACHE:
-        env = make_env(name, **kwargs)
+        try:
+            env = make_env(name, **kwargs)
+        except ValueError:  # says what is wrong already (an unknown name, a refused setting)
+            raise
+        except Exception as error:  # the user's factory failed: say which env it was
+            raise EnvSpecError(f"env {name!r}: creating it raised {type(error).__name__}: "
+                               f"{error}") from error
         try:
             _SPEC_CACHE[key] = check_env(env, name)
         finally:
