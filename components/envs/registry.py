@@ -49,7 +49,8 @@ def register_env(name: str, factory: Factory | str) -> None:
     path = factory if isinstance(factory, str) else import_path(factory)
     carried = _carried()
     if path is None:
-        _LOCAL_ONLY[name] = repr(factory)
+        _LOCAL_ONLY[name] = (f"{getattr(factory, '__module__', '?')}."
+                             f"{getattr(factory, '__qualname__', repr(factory))}")
         carried.pop(name, None)
     else:
         _LOCAL_ONLY.pop(name, None)
