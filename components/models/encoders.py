@@ -50,7 +50,11 @@ class ConvEncoder(nn.Module):
             channels = out_channels
         self.conv = nn.Sequential(*layers)
         with torch.no_grad():
-            conv_out = self.conv(torch.zeros(1, *obs_shape)).numel()
+            try:
+                conv_out = self.conv(torch.zeros(1, *obs_shape)).numel()
+            except RuntimeError:  # torch's words: "Kernel size can't be greater than ..."
+                raise ValueError(f"images of shape {list(obs_shape)} are too small for the conv "
+                                 f"stack {[f[1:] for f in filters]} (kernel, stride)") from None
         self.fc = nn.Sequential(nn.Linear(conv_out, cfg.hidden), activation(cfg.nonlinearity))
         self.out_size = cfg.hidden
 

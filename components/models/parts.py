@@ -22,7 +22,7 @@ def build_encoder(obs_spec: dict[str, tuple[tuple[int, ...], str]],
     cls = registry.resolve("encoder", cfg.encoder)
     if registry.is_builtin("encoder", cfg.encoder):
         return cls(obs_spec, cfg)
-    where = f"encoder '{cfg.encoder}'"
+    where = f"model.encoder '{cfg.encoder}'"
     module = _construct(cls, where, obs_spec, cfg)
     out_size = _out_size(module, where)
     probe = {key: torch.zeros(_PROBE_ROWS, *shape) for key, (shape, _) in obs_spec.items()}
@@ -36,7 +36,7 @@ def build_core(in_size: int, cfg: ModelConfig) -> nn.Module:
     cls = registry.resolve("core", cfg.core)
     if registry.is_builtin("core", cfg.core):
         return cls(in_size, cfg)
-    where = f"core '{cfg.core}'"
+    where = f"model.core '{cfg.core}'"
     module = _construct(cls, where, in_size, cfg)
     out_size = _out_size(module, where)
     state_size = registry.core_state_size(cfg)
