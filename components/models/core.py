@@ -1,5 +1,9 @@
 """Recurrent core with a flat `[B, state_size]` state, so it fits one shared-memory field.
 
+The built-in cores (`gru`, `lstm`, `none`) below follow the protocol a user's core follows too
+(docs/MODELS.md): built as `Core(in_size, cfg)`, with `state_size_for(cfg)` (a class method: the
+data path sizes its buffers before any model exists), `out_size`, `step` and `sequence`.
+
 State conventions (shared by `step` and `sequence`):
 
 - GRU: the state is `h`, `state_size == core_size`.
