@@ -1,4 +1,5 @@
-"""The actor-critic network: encoder -> (GRU | LSTM | none) core -> actor and critic heads."""
+"""The actor-critic network: encoder -> core (GRU | LSTM | none | a user's) -> actor and critic
+heads."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ class StepOutput:
 
 
 class ActorCritic(nn.Module):
-    """The paper's `simplified` / `full` model (supplement A.1.3, Figure A.1)."""
+    """Encoder -> core -> heads: by default the paper's model (supplement A.1.3, Figure A.1),
+    else the encoder and core the config names (docs/MODELS.md)."""
 
     def __init__(
         self,
