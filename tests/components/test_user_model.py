@@ -277,3 +277,24 @@ def test_a_user_part_in_a_topology_file_is_checked_at_its_line(tmp_path: Path) -
                         f"settings: {{model: {{encoder: {HERE}:TinyEncoder, core: none}}}}\n")
     done = sfbus("validate", str(topology), timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_worked_example_of_docs_models_keeps_the_core_contract() -> None:
+    """examples/custom_model.py: its `sequence` gives what stepping `step` gives, resets
+    included, built through the same door as a run builds it."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(encoder="examples.custom_model:LayerNormEncoder",
+                      core="examples.custom_model:GruCellCore", core_size=8, mlp_layers=(16,))
+    model = ActorCritic({"obs": ((4,), "float32"), "extra": ((3,), "float32")}, (2,), None, cfg)
+    assert model.encoder.out_size == 16 and model.state_size == 8
+    obs = {"obs": torch.randn(3, 5, 4), "extra": torch.randn(3, 5, 3)}
+    dones = torch.zeros(3, 5)
+    dones[0, 1] = dones[2, 3] = 1.0
+    start = torch.randn(3, 8)
+    dist, values = model.forward_sequence(obs, start, dones)
+    state = start
+    for t in range(5):
+        out = model.forward_step({k: v[:, t] for k, v in obs.items()}, state)
+        torch.testing.assert_close(values[:, t], out.value)
+        torch.testing.assert_close(dist.params[:, t], out.action_logits)
+        state = out.rnn_state * (1.0 - dones[:, t : t + 1])
