@@ -126,6 +126,10 @@ def _resolve(name: str) -> Factory:
         if env_id not in gym.envs.registry:
             raise UnknownEnvError(_unknown(name, [f"gym:{k}" for k in gym.envs.registry]))
         return lambda **kw: make_gym_env(env_id, **kw)
+    if name.startswith("pettingzoo:"):
+        from components.envs.pettingzoo_adapter import pettingzoo_factory
+
+        return pettingzoo_factory(name[len("pettingzoo:"):])
     if ":" in name:
         return _import(name, name)
     raise UnknownEnvError(_unknown(name, known_envs()))
@@ -202,5 +206,6 @@ def _unknown(name: str, candidates: list[str]) -> str:
     listed = [c for c in candidates if not c.startswith("atari_")] or candidates
     listed = listed if len(listed) <= 40 else [*close, "..."]
     return (f"unknown env {name!r}{hint} Known: {', '.join(listed)}; also 'atari_<game>' for "
-            "the Atari games of ale-py, 'gym:<EnvId>' for any gymnasium id and "
+            "the Atari games of ale-py, 'gym:<EnvId>' for any gymnasium id, "
+            "'pettingzoo:<module>' for a PettingZoo parallel env and "
             "'pkg.module:factory' for your own.")
