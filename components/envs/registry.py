@@ -1,5 +1,5 @@
-"""Env names -> factories: `doom_<scenario>`, `atari_<game>`, `gym:<EnvId>`, short names,
-`pkg.mod:factory`."""
+"""Env names -> factories: `doom_<scenario>`, `atari_<game>`, `gym:<EnvId>`, `envpool:<TaskId>`,
+short names, `pkg.mod:factory`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from components.envs.spec import EnvSpec, MultiAgentEnv
+from components.envs.vector import BatchedEnv
 
 Factory = Callable[..., MultiAgentEnv]
 
@@ -33,6 +34,13 @@ def register_env(name: str, factory: Factory | str) -> None:
 def make_env(name: str, **kwargs: Any) -> MultiAgentEnv:
     """Create the env called `name`, passing `kwargs` to its factory."""
     return _resolve(name)(**kwargs)
+
+
+def make_batched_env(name: str, count: int, **kwargs: Any) -> BatchedEnv | None:
+    """``count`` envs `name` stepped by one call where its factory has a native batch (a
+    `batched` method, as EnvPool's), else None (the caller steps envs one by one)."""
+    batched = getattr(_resolve(name), "batched", None)
+    return None if batched is None else batched(count, **kwargs)
 
 
 def env_spec(name: str, **kwargs: Any) -> EnvSpec:
@@ -73,6 +81,15 @@ def _resolve(name: str) -> Factory:
         if game not in atari_games():  # unknown game, or its ROM is missing from ale-py
             raise UnknownEnvError(_unknown(name, atari_names()))
         return lambda **kw: make_atari_env(game, **kw)
+    if name.startswith("envpool:"):
+        try:
+            from components.envs.envpool_env import EnvPoolFactory, envpool_tasks
+        except ImportError as e:
+            raise UnknownEnvError(f"env {name!r} needs envpool ({e}); pip install envpool") from e
+        task = name[len("envpool:"):]
+        if task not in envpool_tasks():
+            raise UnknownEnvError(_unknown(name, [f"envpool:{t}" for t in envpool_tasks()]))
+        return EnvPoolFactory(task)
     if name.startswith("gym:"):
         import gymnasium as gym
 
@@ -122,5 +139,6 @@ def _unknown(name: str, candidates: list[str]) -> str:
     listed = [c for c in candidates if not c.startswith("atari_")] or candidates
     listed = listed if len(listed) <= 40 else [*close, "..."]
     return (f"unknown env {name!r}{hint} Known: {', '.join(listed)}; also 'atari_<game>' for "
-            "the Atari games of ale-py, 'gym:<EnvId>' for any gymnasium id and "
+            "the Atari games of ale-py, 'gym:<EnvId>' for any gymnasium id, 'envpool:<TaskId>' "
+            "for EnvPool's tasks and "
             "'pkg.module:factory' for your own.")
