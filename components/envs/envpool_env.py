@@ -133,7 +133,9 @@ class EnvPoolBatch(BatchedEnv):
                              "not supported; only Box observations are")
         field, _ = _obs_field(space)
         heads, box = _action_space(action_space)
-        frameskip = int(self.config.get("frame_skip", 1))
+        # Pixel tasks' frame_skip counts emulator frames (counted as env frames, as for
+        # atari_<game>); MuJoCo's counts physics substeps of one step (counted as 1, as gym's).
+        frameskip = int(self.config.get("frame_skip", 1)) if "img_height" in self.config else 1
         self.spec = EnvSpec({"obs": field}, action_heads=heads, action_box=box,
                             frameskip=frameskip)
         self._float_obs = field.dtype == "float32"
@@ -149,8 +151,6 @@ class EnvPoolBatch(BatchedEnv):
         """The last step's `terminated` per env (its `truncated` is the rest of its done)."""
         self.truncated = np.zeros(count, bool)
         """The last step's `truncated` per env."""
-        self.calls = 0
-        """EnvPool steps issued (one per batch step, one more after any episode ended)."""
 
     def reset_into(self, obs: ObsDict) -> None:
         """Start every env's episode; write the first observations into rows ``[count, ...]``."""
@@ -170,7 +170,6 @@ class EnvPoolBatch(BatchedEnv):
             next_obs, reward, terminated, truncated, info = self.pool.step(acts)
         except Exception as error:  # an action EnvPool refused, an engine that broke
             raise EnvError(f"envpool:{self.task}: the step raised {error!r}") from error
-        self.calls += 1
         if not math.isfinite(reward.sum(dtype=np.float64)):
             raise EnvError(f"envpool:{self.task} returned a non-finite reward")
         out = obs["obs"]
@@ -205,7 +204,6 @@ class EnvPoolBatch(BatchedEnv):
             first, _, _, _, again = self.pool.step(acts[ended_ids], ended_ids)
         except Exception as error:
             raise EnvError(f"envpool:{self.task}: the reset step raised {error!r}") from error
-        self.calls += 1
         out[again["env_id"]] = first
         if self._float_obs and not math.isfinite(out.sum(dtype=np.float64)):
             raise EnvError(f"envpool:{self.task} returned a non-finite observation")
