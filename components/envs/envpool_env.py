@@ -181,10 +181,14 @@ class EnvPoolBatch(BatchedEnv):
         self._lengths += 1
         if self._raw:
             self._true_returns += info["reward"]
-        if not dones.any():
-            if self._float_obs and not math.isfinite(out.sum(dtype=np.float64)):
-                raise EnvError(f"envpool:{self.task} returned a non-finite observation")
-            return []
+        ended = self._reset_ended(acts, dones, truncated, info, out) if dones.any() else []
+        if self._float_obs and not math.isfinite(out.sum(dtype=np.float64)):
+            raise EnvError(f"envpool:{self.task} returned a non-finite observation")
+        return ended
+
+    def _reset_ended(self, acts: np.ndarray, dones: np.ndarray, truncated: np.ndarray,
+                     info: dict[str, Any], out: np.ndarray) -> Ended:
+        """Report the games that ended, then reset the ended envs into their rows of ``out``."""
         ended_ids = np.flatnonzero(dones)
         game_over = dones if not self._lives else truncated | info["terminated"].astype(bool)
         ended: Ended = []
@@ -205,8 +209,6 @@ class EnvPoolBatch(BatchedEnv):
         except Exception as error:
             raise EnvError(f"envpool:{self.task}: the reset step raised {error!r}") from error
         out[again["env_id"]] = first
-        if self._float_obs and not math.isfinite(out.sum(dtype=np.float64)):
-            raise EnvError(f"envpool:{self.task} returned a non-finite observation")
         return ended
 
     def close(self) -> None:
