@@ -14,6 +14,7 @@ from components.algo.ppo import (
     masked_mean,
     normalize_advantages,
     policy_loss,
+    symmetric_kl_loss,
     value_loss,
 )
 from components.algo.vtrace import vtrace
@@ -113,11 +114,12 @@ def appo_loss(
     # critic loss, clipped around the behavior-time values
     clip_value = cfg.ppo_clip_value if cfg.ppo_clip_value > 0 else None
     loss_v = value_loss(values, step["values"].float(), targets, clip_value, valids)
-    # entropy bonus
+    # exploration: the entropy bonus, or the symmetric KL to the uniform policy
     entropy = dist.entropy()
-    loss_ent = entropy_loss(entropy, valids)
+    loss_explore = (symmetric_kl_loss(dist.symmetric_kl_with_uniform(), valids)
+                    if cfg.exploration_loss == "symmetric_kl" else entropy_loss(entropy, valids))
     # total: L = L_pi + c_v L_V + c_H L_H
-    loss = loss_pi + cfg.value_loss_coeff * loss_v + cfg.entropy_coeff * loss_ent
+    loss = loss_pi + cfg.value_loss_coeff * loss_v + cfg.entropy_coeff * loss_explore
 
     with torch.no_grad():
         log_ratio = log_prob_new.detach() - log_prob_old
@@ -127,6 +129,7 @@ def appo_loss(
             "loss": loss.detach(),
             "policy_loss": loss_pi.detach(),
             "value_loss": loss_v.detach(),
+            "exploration_loss": loss_explore.detach(),
             "entropy": masked_mean(entropy.detach(), valids),
             # k3 estimator of KL(mu || pi): E[(r - 1) - log r], always >= 0
             "kl_approx": masked_mean((ratio - 1) - log_ratio, valids),

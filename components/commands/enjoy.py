@@ -25,10 +25,13 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.commands.outputs import check_writable_file
 from sfbus import BadInput
+
+if TYPE_CHECKING:
+    from components.evaluation.episode_player import Episode
 
 BAD_INPUT = 2
 _VIDEO_FORMATS = (".mp4", ".gif")
@@ -107,12 +110,15 @@ def enjoy(args: argparse.Namespace) -> int:
         if writer is not None:
             writer.close()  # also on Ctrl-C: keep what was filmed
         env.close()
-    for i, (ret, length, cut) in enumerate(episodes, 1):
-        print(f"episode {i}: return {ret:.2f}, length {length}"
-              + (" (cut at --max-steps)" if cut else ""))
-    returns = [e[0] for e in episodes]
-    lengths = [e[1] for e in episodes]
-    print(f"mean return {sum(returns) / len(returns):.2f}, mean length "
+    for i, e in enumerate(episodes, 1):
+        true = "" if math.isnan(e.true_return) else f" (true {e.true_return:.2f})"
+        print(f"episode {i}: return {e.episode_return:.2f}{true}, length {e.length}"
+              + (" (cut at --max-steps)" if e.cut else ""))
+    returns = [e.episode_return for e in episodes]
+    lengths = [e.length for e in episodes]
+    trues = [e.true_return for e in episodes if not math.isnan(e.true_return)]
+    true = f" (true {sum(trues) / len(trues):.2f})" if trues else ""
+    print(f"mean return {sum(returns) / len(returns):.2f}{true}, mean length "
           f"{sum(lengths) / len(lengths):.1f} over {len(episodes)} episodes")
     if writer is not None:
         print(f"video {video}: {writer.frames} frames, {writer.size[0]}x{writer.size[1]}")
@@ -210,8 +216,9 @@ def build_from_checkpoint(spec: Any, params: Any, state: dict) -> Any:
 
 def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bool = False,
          max_steps: int | None = None, seed: int | None = None,
-         on_frame: Callable[[], None] | None = None) -> list[tuple[float, int, bool]]:
-    """Play until ``episodes`` agent-episodes end; each is (return, length, cut at max_steps).
+         on_frame: Callable[[], None] | None = None) -> list[Episode]:
+    """Play until ``episodes`` agent-episodes end: return, length, the env's unshaped score
+    (true return) and whether ``max_steps`` cut it.
 
     ``on_frame`` is called before every step (the frame the agent is about to act on).
     """
@@ -229,7 +236,7 @@ def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bo
         player.play(sys.maxsize, episodes)  # in one go: no event loop to yield to
     finally:
         torch.set_num_threads(threads)
-    return [(e.episode_return, e.length, e.cut) for e in player.episodes[:episodes]]
+    return player.episodes[:episodes]
 
 
 def make_play_env(params: Any, *, render: bool) -> Any:

@@ -87,7 +87,8 @@ class Learner(Actor):
         appo: AppoConfig = field(default_factory=AppoConfig)
         """APPO hyperparameters (``--set appo.lr=...``)."""
         reward_scale: float = 1.0
-        """Rewards are multiplied by this before the loss (Sample Factory: 0.01 on doom_basic)."""
+        """Rewards are multiplied by this, and by the env's own scale (``EnvSpec.reward_scale``:
+        0.01 on doom_basic, as Sample Factory), before the loss."""
         checkpoint_every_s: float = 120.0
         """Seconds between checkpoints (one more is written at a graceful stop)."""
         keep_checkpoints: int = 3
@@ -196,8 +197,15 @@ class Learner(Actor):
                                            run_dir, self.log, self.name)
         self._numerics = NumericsGuard(self.training, p.max_bad_updates, p.good_state_every,
                                        self.log, self.name, self._m_restores)
+        max_frames = None if self.context is None else self.context.limits.max_frames
+        if p.appo.lr_schedule == "linear_decay" and not max_frames:
+            raise ValueError(f"{self.name}: appo.lr_schedule linear_decay decays the rate over "
+                             "the run's --max-frames; give --max-frames or another schedule")
+        if p.appo.exploration_loss == "symmetric_kl" and self.spec.is_continuous:
+            raise ValueError(f"{self.name}: appo.exploration_loss symmetric_kl needs categorical "
+                             f"actions; env {p.env!r} has continuous ones (use entropy)")
         self.update = AppoUpdate(self.training, self.population, self._numerics,
-                                 self.spec.frameskip)
+                                 self.spec, max_frames)
 
     async def on_start(self) -> None:
         """Build, attach the workers' buffers, resume from a checkpoint, publish, say idle."""
@@ -304,6 +312,12 @@ class Learner(Actor):
             self._warn.warning("skipped", "%s: skipped %d optimizer steps with a non-finite loss "
                                "or gradient (%d so far)", self.name, r["skipped"],
                                self.skipped_steps)
+        if r["valid_fraction"] < 0.5:
+            self._warn.warning("invalid", "%s: only %.0f%% of a batch's steps were valid (the rest "
+                               "lagged more than appo.max_policy_lag versions or belonged to "
+                               "another policy): learning slows; lower the lag (fewer "
+                               "num_batches_to_accumulate, a faster learner) or raise the limit",
+                               self.name, 100 * r["valid_fraction"])
         self._m_samples.inc(r["samples"])
         for lag in r["trajectory_lags"]:
             self._m_lag.observe(lag)
