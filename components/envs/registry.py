@@ -1,5 +1,5 @@
-"""Env names -> factories: `doom_<scenario>`, `atari_<game>`, `gym:<EnvId>`, short names,
-`pkg.mod:factory`.
+"""Env names -> factories: `doom_<scenario>`, `atari_<game>`, `gym:<EnvId>`, `envpool:<TaskId>`,
+short names, `pkg.mod:factory`.
 
 Short names come from `register_env` and from the `sfbus.envs` entry points of installed
 packages. A registration reaches every process the registering one starts: its factory's import
@@ -19,6 +19,7 @@ from typing import Any
 
 from components.envs.checks import EnvSpecError, adapt, check_env, import_path
 from components.envs.spec import EnvSpec, MultiAgentEnv
+from components.envs.vector import BatchedEnv
 
 Factory = Callable[..., Any]
 """Returns a `MultiAgentEnv` or a `gymnasium.Env` (adapted as `gym:<id>` envs are)."""
@@ -62,6 +63,13 @@ def make_env(name: str, **kwargs: Any) -> MultiAgentEnv:
     """Create the env called `name`, passing `kwargs` to its factory; a `gymnasium.Env` it
     returns is adapted as `gym:<id>` envs are."""
     return adapt(_resolve(name)(**kwargs), name)
+
+
+def make_batched_env(name: str, count: int, **kwargs: Any) -> BatchedEnv | None:
+    """``count`` envs `name` stepped by one call where its factory has a native batch (a
+    `batched` method, as EnvPool's), else None (the caller steps envs one by one)."""
+    batched = getattr(_resolve(name), "batched", None)
+    return None if batched is None else batched(count, **kwargs)
 
 
 def env_spec(name: str, **kwargs: Any) -> EnvSpec:
@@ -117,6 +125,15 @@ def _resolve(name: str) -> Factory:
         if game not in atari_games():  # unknown game, or its ROM is missing from ale-py
             raise UnknownEnvError(_unknown(name, atari_names()))
         return lambda **kw: make_atari_env(game, **kw)
+    if name.startswith("envpool:"):
+        try:
+            from components.envs.envpool_env import EnvPoolFactory, envpool_tasks
+        except ImportError as e:
+            raise UnknownEnvError(f"env {name!r} needs envpool ({e}); pip install envpool") from e
+        task = name[len("envpool:"):]
+        if task not in envpool_tasks():
+            raise UnknownEnvError(_unknown(name, [f"envpool:{t}" for t in envpool_tasks()]))
+        return EnvPoolFactory(task)
     if name.startswith("gym:"):
         import gymnasium as gym
 
@@ -207,5 +224,6 @@ def _unknown(name: str, candidates: list[str]) -> str:
     listed = listed if len(listed) <= 40 else [*close, "..."]
     return (f"unknown env {name!r}{hint} Known: {', '.join(listed)}; also 'atari_<game>' for "
             "the Atari games of ale-py, 'gym:<EnvId>' for any gymnasium id, "
-            "'pettingzoo:<module>' for a PettingZoo parallel env and "
+            "'pettingzoo:<module>' for a PettingZoo parallel env, 'envpool:<TaskId>' for "
+            "EnvPool's tasks and "
             "'pkg.module:factory' for your own.")
