@@ -68,11 +68,17 @@ class WorkerEnvs:
         """Native batches (batched sampling of an env that has them), one per split."""
 
     def create(self, outs: list[ObsDict]) -> None:
-        """Create every env and reset env ``e`` into ``outs[e]``."""
+        """Create every env and reset env ``e`` into ``outs[e]`` (then, with
+        ``decorrelate_envs_on_one_worker``, step it ``rollout * e`` times at random)."""
+        rng = np.random.default_rng([self.params.seed, self.worker, 0xDEC])
         for e, out in enumerate(outs):
             env = self._new()
             self.envs.append(env)
             env.reset_into(out, seed=self._seed(e))
+            if self.params.decorrelate_envs_on_one_worker:
+                for _ in range(self.params.rollout * e):
+                    actions, _ = env.spec.random_actions(rng, env.spec.num_agents)
+                    env.step_into(actions, out)  # episodes end and restart inside step_into
 
     def create_batch(self, first: int, count: int, obs: ObsDict) -> BatchedEnv | None:
         """Envs ``first..first + count`` as one native batch (EnvPool's) reset into the
