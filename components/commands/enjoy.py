@@ -242,13 +242,14 @@ def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bo
 def make_play_env(params: Any, *, render: bool) -> Any:
     """The env the policy of ``params`` trained on (``render``: with frames for a video)."""
     from components.envs import make_env
+    from components.envs.action_bounds import bound_actions
 
     kwargs = dict(params.env_kwargs)
-    if render and params.env.startswith("gym:"):
+    if render and params.env.startswith(("gym:", "mujoco_")):
         kwargs.setdefault("render_mode", "rgb_array")
         # gymnasium draws with pygame, whose SDL would look for a display and complain on stderr
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    return make_env(params.env, **kwargs)
+    return bound_actions(make_env(params.env, **kwargs), params.model.action_bounds)
 
 
 def frame_source(env: Any, name: str) -> tuple[Callable[[], Any], float]:
@@ -256,8 +257,10 @@ def frame_source(env: Any, name: str) -> tuple[Callable[[], Any], float]:
     render = getattr(env, "render", None)
     if callable(render):  # VizDoom's native frame (and any env of ours with a render())
         return render, _DOOM_TICS_PER_SECOND / env.spec.frameskip
-    inner = getattr(env, "env", None)  # a gymnasium env inside our adapter
-    if inner is not None and getattr(inner, "render_mode", None) == "rgb_array":
+    inner = getattr(env, "env", None)  # a gymnasium env inside our adapter (and its wrappers)
+    while inner is not None and getattr(inner, "render_mode", None) != "rgb_array":
+        inner = getattr(inner, "env", None)
+    if inner is not None:
         return inner.render, float(inner.metadata.get("render_fps") or 30)
     raise EnjoyError(f"--video: env {name} has no frames to record (no render() method)")
 

@@ -1,5 +1,5 @@
-"""Env names -> factories: `doom_<scenario>`, `atari_<game>`, `gym:<EnvId>`, short names,
-`pkg.mod:factory`."""
+"""Env names -> factories: `doom_<scenario>`, `atari_<game>`, `mujoco_<name>`, `gym:<EnvId>`,
+short names, `pkg.mod:factory`."""
 
 from __future__ import annotations
 
@@ -48,9 +48,11 @@ def env_spec(name: str, **kwargs: Any) -> EnvSpec:
 
 
 def known_envs() -> list[str]:
-    """Registered short names, every `doom_<scenario>` and `atari_<game>`, sorted (`gym:<Id>`
-    not listed)."""
-    return sorted(set(_REGISTRY) | set(_doom_names()) | set(_atari_names()))
+    """Registered short names, every `doom_<scenario>`, `atari_<game>` and `mujoco_<name>`,
+    sorted (`gym:<Id>` not listed)."""
+    from components.envs.mujoco import MUJOCO_ENVS
+
+    return sorted(set(_REGISTRY) | set(_doom_names()) | set(_atari_names()) | set(MUJOCO_ENVS))
 
 
 def _resolve(name: str) -> Factory:
@@ -74,6 +76,12 @@ def _resolve(name: str) -> Factory:
         if game not in atari_games():  # unknown game, or its ROM is missing from ale-py
             raise UnknownEnvError(_unknown(name, atari_names()))
         return lambda **kw: make_atari_env(game, **kw)
+    if name.startswith("mujoco_"):
+        from components.envs.mujoco import MUJOCO_ENVS, make_mujoco_env
+
+        if name not in MUJOCO_ENVS:
+            raise UnknownEnvError(_unknown(name, sorted(MUJOCO_ENVS)))
+        return lambda **kw: make_mujoco_env(name, **kw)
     if name.startswith("gym:"):
         import gymnasium as gym
 

@@ -20,6 +20,7 @@ from typing import NoReturn
 import numpy as np
 
 from components.envs import EnvError, MultiAgentEnv
+from components.envs.action_bounds import bound_actions
 from components.envs.guard import StepWatchdog, make_guarded_env
 from components.envs.spec import ObsDict
 from components.sampling.rollout_params import RolloutParams
@@ -135,7 +136,9 @@ class WorkerEnvs:
             self.watchdog = None
 
     def _new(self) -> MultiAgentEnv:
-        return make_guarded_env(self.params.env, self.params.env_kwargs, self.watchdog)
+        p = self.params
+        return bound_actions(make_guarded_env(p.env, p.env_kwargs, self.watchdog),
+                             p.model.action_bounds)
 
     def _seed(self, e: int) -> int:
         return env_seed(self.params.seed, self.worker, e, self._incarnations[e])
