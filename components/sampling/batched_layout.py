@@ -66,10 +66,12 @@ class BatchedSplit(Split):
         obs = {}
         for k, arr in self.obs_items:
             obs[k] = arr[at1]
-        rewards, dones = self.step_rewards, self.step_dones
-        ended = self.vector.step_into(self.actions[at], self.vector.rows_of(obs), rewards, dones)
+        rewards, dones, time_outs = self.step_rewards, self.step_dones, self.step_time_outs
+        ended = self.vector.step_into(self.actions[at], self.vector.rows_of(obs), rewards, dones,
+                                      time_outs)
         self.rewards[at] = rewards
         self.dones[at] = dones
+        self.time_outs[at] = time_outs
         if ended:
             self._ended(ended, t1)
         self.t = t1

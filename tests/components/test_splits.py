@@ -76,6 +76,8 @@ class Harness:
             replay.reset_into({"obs": self.expected["obs"][i * na:(i + 1) * na]},
                               seed=env_seed(SEED, 0, 2 + i))
         self.rng = np.random.default_rng(0)
+        self.time_outs = 0
+        """Time-outs the split stored (the toy env's episodes end by truncation)."""
 
     def fail(self, reason: str) -> Any:
         raise AssertionError(reason)
@@ -114,6 +116,8 @@ class Harness:
             r, term, trunc, _ = replay.step_into(actions[rows], {"obs": self.expected["obs"][rows]})
             assert np.array_equal(fields["rewards"][at][rows], r)
             assert np.array_equal(fields["dones"][at][rows], term | trunc)
+            assert np.array_equal(fields["time_outs"][at][rows], trunc & ~term)
+            self.time_outs += int(fields["time_outs"][at][rows].sum())
         assert np.array_equal(fields["obs.obs"][at1], self.expected["obs"])
         done = fields["dones"][at].astype(bool)
         assert np.array_equal(fields["rnn"][at1][:, 0], np.where(done, 0.0, 0.5 + t))
@@ -137,8 +141,9 @@ def test_a_split_alone_fills_its_slots_like_its_replayed_envs(mode: str) -> None
     blocks = [np.arange(8, 12), np.arange(0, 4)]  # whole blocks, valid in every layout
     owners = [h.run_slot(fresh) for fresh in blocks]
 
-    # Episodes of 3 steps: every agent of both envs finished two, reported with its policy.
-    assert len(h.episodes) == 2 * rows
+    # Episodes of 3 steps: every agent of both envs finished two, reported with its policy,
+    # each cut by the time limit (stored as a time-out, not a termination).
+    assert len(h.episodes) == 2 * rows == h.time_outs
     assert all(e.length == 3 for e in h.episodes)
     requests = [r for r, _ in h.requests]
     assert all(r.worker == 0 and r.split == SPLIT and r.seq == 7 for r in requests)
