@@ -1,11 +1,11 @@
 """A group of envs stepped as one vector: the rollout worker's per-env loop, in every sampling mode.
 
-Row ``i * num_agents + a`` of the actions, rewards, dones and time-outs is agent ``a`` of the group's env
-``i``; env ``i`` writes its observation into ``outs[i]``, wherever its owner wants it: views of a
-contiguous block (batched sampling, :meth:`VectorEnvs.rows_of`), a trajectory slot's row, or a
-scratch array. VizDoom's ``make_action`` blocks until the engine (a process of its own) has run
-the tics, and its API has no separate send and receive to overlap the engines with, so the step
-itself is a loop.
+Row ``i * num_agents + a`` of the actions, rewards, dones and time-outs is agent ``a`` of the
+group's env ``i``; env ``i`` writes its observation into ``outs[i]``, wherever its owner wants it:
+views of a contiguous block (batched sampling, :meth:`VectorEnvs.rows_of`), a trajectory slot's
+row, or a scratch array. VizDoom's ``make_action`` blocks until the engine (a process of its own)
+has run the tics, and its API has no separate send and receive to overlap the engines with, so the
+step itself is a loop.
 """
 
 from __future__ import annotations
