@@ -47,11 +47,16 @@ def make_mujoco_env(name: str, seed: int | None = None, **kwargs: Any) -> GymEnv
     return make_gym_env(MUJOCO_ENVS[name], seed=seed, **kwargs)
 
 
-_LOG = RateLimitedLog(logging.getLogger(__name__), interval_s=600.0)
+_log = logging.getLogger(__name__)
+_LIMITED = RateLimitedLog(_log, interval_s=600.0)
 
 
 def _warn(text: str) -> None:
     # MuJoCo prints its warnings on stderr from C: with mujoco 4, one for every HalfCheetah made
-    # (gymnasium's model uses the deprecated `settotalmass`). Into the log instead, rate-limited
-    # per kind (the text before its first colon).
-    _LOG.warning(text.split(":")[0][:60], "mujoco: %s", text)
+    # (gymnasium's model uses the deprecated `settotalmass`, nothing a user can act on). Into the
+    # log instead: deprecations at debug level, the rest rate-limited per kind (the text before
+    # its first colon).
+    if "deprecated" in text:
+        _log.debug("mujoco: %s", text)
+    else:
+        _LIMITED.warning(text.split(":")[0][:60], "mujoco: %s", text)
