@@ -142,6 +142,9 @@ def appo_loss(
             "kl_approx": masked_mean((ratio - 1) - log_ratio, valids),
             "clip_fraction": masked_mean(((ratio < low) | (ratio > high)).float(), valids),
             "ratio_mean": masked_mean(ratio, valids),
+            # 0 without a valid step, as the masked means
+            "ratio_min": ratio[valids].min() if bool(valids.any()) else torch.zeros(()),
+            "ratio_max": ratio[valids].max() if bool(valids.any()) else torch.zeros(()),
             "adv_mean": adv_mean,
             "adv_std": adv_std,
             "value_mean": masked_mean(values.detach(), valids),

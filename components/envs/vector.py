@@ -1,4 +1,5 @@
-"""A group of envs stepped as one vector: the rollout worker's per-env loop, in every sampling mode.
+"""A group of envs stepped as one vector: the rollout worker's per-env loop, in every sampling mode,
+and the interface of a batch that batched sampling steps with one call (:class:`EnvBatch`).
 
 Row ``i * num_agents + a`` of the actions, rewards, dones and time-outs is agent ``a`` of the
 group's env ``i``; env ``i`` writes its observation into ``outs[i]``, wherever its owner wants it:
@@ -10,6 +11,7 @@ step itself is a loop.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +23,33 @@ Ended = list[tuple[int, list[dict[str, Any]]]]
 """(first row, infos) of every env whose step ended in a done."""
 
 
-class VectorEnvs:
+class EnvBatch(abc.ABC):
+    """Envs whose rows batched sampling steps with one call: :class:`VectorEnvs` (a loop over
+    envs of their own) or an env family's native batch (EnvPool's, one call into C++)."""
+
+    @abc.abstractmethod
+    def step_rows(self, actions: np.ndarray, obs: ObsDict, rewards: np.ndarray,
+                  dones: np.ndarray, time_outs: np.ndarray) -> Ended:
+        """Step every env with its rows of ``actions``, writing its rows of the contiguous
+        ``[rows, ...]`` observations ``obs``, ``rewards``, ``dones`` and ``time_outs``
+        (truncated and not terminated); an env whose episode
+        ended is already reset (its rows hold the next episode's first observation). Returns
+        the envs that are done; a native batch raises ``EnvError`` when its engine broke."""
+
+
+class BatchedEnv(EnvBatch):
+    """A native batch: envs in one engine, made, reset and closed together (EnvPool's)."""
+
+    @abc.abstractmethod
+    def reset_into(self, obs: ObsDict) -> None:
+        """Start every env's episode, writing the first observations into the rows ``obs``."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the engine; safe to call twice."""
+
+
+class VectorEnvs(EnvBatch):
     """Envs ``envs[first:first + count]`` (of ``num_agents`` agents each) as one vector."""
 
     def __init__(self, envs: list[MultiAgentEnv], first: int, count: int, num_agents: int,
@@ -42,6 +70,11 @@ class VectorEnvs:
     def rows_of(self, obs: ObsDict) -> list[ObsDict]:
         """Each env's rows of the contiguous ``[rows, ...]`` observations ``obs`` (views)."""
         return [{k: v[rows] for k, v in obs.items()} for rows in self.rows]
+
+    def step_rows(self, actions: np.ndarray, obs: ObsDict, rewards: np.ndarray,
+                  dones: np.ndarray, time_outs: np.ndarray) -> Ended:
+        """:meth:`step_into` each env's rows of the contiguous observations ``obs``."""
+        return self.step_into(actions, self.rows_of(obs), rewards, dones, time_outs)
 
     def step_into(self, actions: np.ndarray, outs: list[ObsDict], rewards: np.ndarray,
                   dones: np.ndarray, time_outs: np.ndarray) -> Ended:

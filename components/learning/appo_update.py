@@ -27,9 +27,14 @@ if TYPE_CHECKING:
     from components.learning.learner import Learner
 
 Batch = dict[str, Any]
-MEAN_STATS = {"policy_loss": "policy_loss", "value_loss": "value_loss", "entropy": "entropy",
-              "kl": "kl_approx", "clip_fraction": "clip_fraction"}
-"""appo_loss's figures averaged over a batch's steps, by their ``TrainingStats`` names."""
+LOSS_FIGURES = {"policy_loss": "policy_loss", "value_loss": "value_loss",
+                "exploration_loss": "exploration_loss", "entropy": "entropy", "kl": "kl_approx",
+                "clip_fraction": "clip_fraction", "ratio_mean": "ratio_mean",
+                "ratio_min": "ratio_min", "ratio_max": "ratio_max", "adv_mean": "adv_mean",
+                "adv_std": "adv_std", "value_mean": "value_mean", "target_mean": "target_mean"}
+"""appo_loss's figures of each minibatch, by their ``TrainingStats`` names; a batch reports
+their mean over its minibatches (the smallest and largest ratio: min and max)."""
+_BATCH_REDUCE = {"ratio_min": min, "ratio_max": max}
 _IMAGE_STAT_STRIDE = 8
 
 
@@ -110,12 +115,18 @@ class AppoUpdate:
         t.env_frames += samples * self.frameskip
         if peers is not None:
             peers.record_batch(t.version, samples, cfg.num_epochs)
-        result: dict[str, Any] = {k: _mean([f[k] for f in figures]) for k in MEAN_STATS}
+        result: dict[str, Any] = {
+            k: _BATCH_REDUCE.get(k, _mean)([f[k] for f in figures]) if figures else math.nan
+            for k in LOSS_FIGURES}
+        own_lags = lag[valids]  # the steps of this policy, those lagging too much included
+        low, median, p90 = (own_lags.quantile(torch.tensor([0.0, 0.5, 0.9], device=lag.device))
+                            .tolist() if own_lags.numel() else [math.nan] * 3)
         result.update(
             grad_norm=_mean(norms), skipped=skipped, samples=samples,
             valid_fraction=float((valids & (lag <= cfg.max_policy_lag)).float().mean()),
             lag_mean=float(lag[valids].mean()) if samples else 0.0,
             lag_max=float(lag[valids].max()) if samples else 0.0,
+            lag_min=low, lag_p50=median, lag_p90=p90,
             trajectory_lags=_row_means(lag, valids), train_seconds=time.perf_counter() - start)
         return result
 
@@ -137,7 +148,7 @@ class AppoUpdate:
             if rn is not None:
                 rn.load_state_dict(saved)
             return None, None
-        figures = {name: float(stats[key]) for name, key in MEAN_STATS.items()}
+        figures = {name: float(stats[key]) for name, key in LOSS_FIGURES.items()}
         grad_norm = torch.nn.utils.clip_grad_norm_(
             t.policy.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)
         if not torch.isfinite(grad_norm):

@@ -32,6 +32,7 @@ import torch
 from components.algo import AppoConfig
 from components.datapath.buffers import PolicyWeights, TrajectoryBuffer, policy_array_specs
 from components.datapath.messages import (
+    TRAINING_FIGURES,
     BatchReady,
     EpisodeFinished,
     LearnerIdle,
@@ -43,7 +44,7 @@ from components.datapath.record import DataPath
 from components.datapath.settings import DataPathParams
 from components.datapath.slot_stages import LearnerSlots
 from components.envs import env_spec
-from components.learning.appo_update import MEAN_STATS, AppoUpdate, Batch
+from components.learning.appo_update import LOSS_FIGURES, AppoUpdate, Batch
 from components.learning.batch_copy import BatchCopy
 from components.learning.checkpoint import config_fingerprint, load_newest
 from components.learning.checkpoint_schedule import Kind, LearnerCheckpoints
@@ -68,7 +69,6 @@ from sfbus import (
 
 _T = TypeVar("_T")
 _LAG_BUCKETS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
-_GAUGES = ("policy_loss", "value_loss", "entropy", "kl", "grad_norm", "lr", "train_seconds")
 
 
 class Learner(Actor):
@@ -164,16 +164,9 @@ class Learner(Actor):
                                                 "periodic checkpoints that could not be written")
         self._m_lag = m.histogram("policy_lag", "mean policy lag of each trained trajectory",
                                   _LAG_BUCKETS)
-        self._m_gauges = {key: m.gauge(key, doc) for key, doc in (
-            ("policy_loss", "policy loss of the last batch"),
-            ("value_loss", "value loss of the last batch"),
-            ("entropy", "policy entropy of the last batch"),
-            ("kl", "approximate KL(behavior || current) of the last batch"),
-            ("grad_norm", "gradient norm before clipping, last batch"),
-            ("lr", "learning rate"),
-            ("version", "published weights version"),
-            ("train_seconds", "seconds the last batch took to train"),
-        )}
+        self._m_gauges = {key: m.gauge(key, f"{doc}, last batch")
+                          for key, doc in TRAINING_FIGURES.items()}
+        self._m_gauges["version"] = m.gauge("version", "published weights version")
 
     @classmethod
     def shared_arrays(cls, name: str, params: Any, topology: Topology,
@@ -324,10 +317,12 @@ class Learner(Actor):
         stats = TrainingStats(
             policy=self.params.policy, version=self.training.version,
             env_frames=self.training.env_frames,
-            lr=float(self.training.optimizer.param_groups[0]["lr"]),
-            **{k: r[k] for k in (*MEAN_STATS, "samples", "grad_norm", "lag_mean", "lag_max",
+            lr=self.training.lr,
+            learner_fps=r["samples"] * self.spec.frameskip / max(r["train_seconds"], 1e-9),
+            **{k: r[k] for k in (*LOSS_FIGURES, "samples", "grad_norm", "valid_fraction",
+                                 "lag_mean", "lag_min", "lag_p50", "lag_p90", "lag_max",
                                  "train_seconds")})
-        for key in _GAUGES:
+        for key in TRAINING_FIGURES:
             self._m_gauges[key].set(getattr(stats, key))
         self.training_stats.emit(stats)
 

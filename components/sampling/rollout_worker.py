@@ -127,7 +127,8 @@ class RolloutWorker(Actor):
             self.splits = [NonBatchedSplit(s, wiring) for s in range(p.num_splits)]
         # Reset into the carry: every split starts like one resuming from a pause, so that a
         # restarted worker waits for slots the batcher still holds instead of failing.
-        self.envs.create([out for split in self.splits
+        # Under batched sampling an env with a native batch (EnvPool) is made per split.
+        self.envs.create([out for split in self.splits if not split.make_batch()
                           for out in split.vector.rows_of(split.carry_obs)])
         self.paused.extend(range(p.num_splits))
         self._resume_paused()  # takes each split's slots and requests its actions

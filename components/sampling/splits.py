@@ -86,6 +86,7 @@ class Split:
         self.at_rows: np.ndarray | slice = self.slots
         """The rows as ``TrajectoryBuffer.at`` takes them."""
         envs = rows // na
+        self.worker_envs = wiring.envs
         self.vector = VectorEnvs(wiring.envs.envs, index * envs, envs, na, wiring.envs.recreate)
         self.t = 0
         """The step every row is at."""
@@ -107,6 +108,11 @@ class Split:
         self.carry_obs = {k: np.zeros((rows, *f.shape), f.dtype)
                           for k, f in layout.spec.observation_space.items()}
         self.carry_rnn = np.zeros((rows, self.rnn.shape[-1]), np.float32)
+
+    def make_batch(self) -> bool:
+        """Make the split's envs as one native batch (batched sampling only): False when they
+        are to be made one by one into ``vector``."""
+        return False
 
     def step(self) -> None:
         """Step every env with the actions at ``t``, write what followed; ``t`` moves on."""
