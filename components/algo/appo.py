@@ -20,7 +20,8 @@ from components.algo.ppo import (
 from components.algo.vtrace import vtrace
 from components.models.actor_critic import ActorCritic
 
-PER_STEP_KEYS = ("actions", "log_probs", "values", "rewards", "dones", "policy_versions", "valids")
+PER_STEP_KEYS = ("actions", "log_probs", "values", "rewards", "dones", "time_outs",
+                 "policy_versions", "valids")
 
 
 def appo_loss(
@@ -42,7 +43,8 @@ def appo_loss(
     - `actions` `[B, T, heads]` int64 or `[B, T, dim]` float; `log_probs` `[B, T]` log mu(a|x);
       `values` `[B, T]` behavior values (normalized space, used only for value clipping);
       `rewards` `[B, T]` reward after step t's action; `dones` `[B, T]` the episode ended after
-      step t (terminated or truncated: both stop the bootstrap).
+      step t (terminated or truncated: both stop the bootstrap); `time_outs` `[B, T]` (needed
+      with `cfg.value_bootstrap`) the episode was truncated, not terminated, after step t.
     - optional `policy_versions` `[B, T]` with the int `learner_version`: steps whose lag
       exceeds `cfg.max_policy_lag` are masked out of every loss; optional `valids` `[B, T]` bool
       masks further steps (e.g. another policy's). Masked steps still feed V-trace's recursion.
@@ -83,16 +85,21 @@ def appo_loss(
                 raise ValueError("cfg.normalize_returns needs a returns_normalizer")
             values_ret = returns_normalizer.denormalize(values_ret)
             bootstrap_ret = returns_normalizer.denormalize(bootstrap_ret)
+        rewards = step["rewards"]
+        if cfg.value_bootstrap:
+            if "time_outs" not in step:
+                raise ValueError("cfg.value_bootstrap needs the batch's time_outs")
+            rewards = bootstrap_time_outs(rewards, values_ret, dones, step["time_outs"], cfg.gamma)
         if cfg.with_vtrace:
             # log rho_t = log pi(a_t|x_t) - log mu(a_t|x_t)
             log_rhos = log_prob_new.detach() - log_prob_old
             targets, advantages = vtrace(
-                values_ret, bootstrap_ret, step["rewards"], dones, log_rhos,
+                values_ret, bootstrap_ret, rewards, dones, log_rhos,
                 cfg.gamma, cfg.vtrace_rho_bar, cfg.vtrace_c_bar,
             )  # fmt: skip
         else:
             targets, advantages = gae(
-                values_ret, bootstrap_ret, step["rewards"], dones, cfg.gamma, cfg.gae_lambda
+                values_ret, bootstrap_ret, rewards, dones, cfg.gamma, cfg.gae_lambda
             )
         if cfg.normalize_returns:
             if returns_normalizer.training:
@@ -148,3 +155,13 @@ def appo_loss(
             stats["policy_lag_mean"] = policy_lag.mean()
             stats["policy_lag_max"] = policy_lag.max()
     return loss, stats
+
+
+def bootstrap_time_outs(rewards: Tensor, values: Tensor, dones: Tensor, time_outs: Tensor,
+                        gamma: float) -> Tensor:
+    """r_t + gamma * V(x_t) where step t ended its episode by a time limit, else r_t.
+
+    V(x_{t+1}) is what the cut return would go on from, but x_{t+1} is not in the trajectory
+    (the env was reset): V(x_t) stands in for it, as in Sample Factory (good where one step's
+    reward is small beside the return). `values` in return space, `dones` float `[B, T]`."""
+    return rewards + gamma * values * time_outs.to(values.dtype) * dones

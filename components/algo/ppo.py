@@ -90,6 +90,11 @@ class AppoConfig:
     shuffle_minibatches: bool = True
     """Deal each epoch's trajectories into minibatches at random; off: in buffer order, the same
     minibatches every epoch (Sample Factory's default is off)."""
+    value_bootstrap: bool = False
+    """At a time-limit truncation add gamma * V(x_t) to the reward of the step cut: the episode
+    did not end there, so its return goes on (Sample Factory's `value_bootstrap`, off by default
+    as there; the buffer's `time_outs` say which steps were cut). The done stays, so the
+    recurrence still stops and the RNN state is reset."""
     max_policy_lag: int = 100
     """Samples whose policy lag (learner version - behavior version) exceeds this are masked out
     of every loss term (Sample Factory 1.x default 100; they still feed V-trace's recursion)."""

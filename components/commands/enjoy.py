@@ -11,9 +11,10 @@ Video convention: one frame per step, the frame the agent saw when it chose that
 (the first is the episode's reset frame). A video of N steps has N frames; the frame after an
 episode's last step is not shown because the env resets at once (its "next" frame is the next
 episode's first). Frames are the env's native picture: 160x120 for VizDoom (the model sees it
-resized), gymnasium's ``rgb_array`` render for ``gym:`` envs. ``.mp4`` streams through the ffmpeg
-binary shipped with ``imageio-ffmpeg``; ``.gif`` holds frames in memory until the end and, being
-GIF, merges identical consecutive frames (so it can have fewer), so keep GIFs short.
+resized), gymnasium's ``rgb_array`` render for ``gym:`` and ``mujoco_`` envs (MuJoCo through
+EGL unless ``MUJOCO_GL`` says otherwise). ``.mp4`` streams through the ffmpeg binary shipped with
+``imageio-ffmpeg``; ``.gif`` holds frames in memory until the end and, being GIF, merges
+identical consecutive frames (so it can have fewer), so keep GIFs short.
 """
 
 from __future__ import annotations
@@ -242,13 +243,16 @@ def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bo
 def make_play_env(params: Any, *, render: bool) -> Any:
     """The env the policy of ``params`` trained on (``render``: with frames for a video)."""
     from components.envs import make_env
+    from components.envs.action_bounds import bound_actions
 
     kwargs = dict(params.env_kwargs)
-    if render and params.env.startswith("gym:"):
+    if render and params.env.startswith(("gym:", "mujoco_")):
         kwargs.setdefault("render_mode", "rgb_array")
-        # gymnasium draws with pygame, whose SDL would look for a display and complain on stderr
+        # gymnasium draws with pygame, whose SDL would look for a display and complain on stderr;
+        # MuJoCo with GLFW, which needs one (a fatal error without): EGL renders headless.
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    return make_env(params.env, **kwargs)
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    return bound_actions(make_env(params.env, **kwargs), params.model.action_bounds)
 
 
 def frame_source(env: Any, name: str) -> tuple[Callable[[], Any], float]:
@@ -256,8 +260,10 @@ def frame_source(env: Any, name: str) -> tuple[Callable[[], Any], float]:
     render = getattr(env, "render", None)
     if callable(render):  # VizDoom's native frame (and any env of ours with a render())
         return render, _DOOM_TICS_PER_SECOND / env.spec.frameskip
-    inner = getattr(env, "env", None)  # a gymnasium env inside our adapter
-    if inner is not None and getattr(inner, "render_mode", None) == "rgb_array":
+    inner = getattr(env, "env", None)  # a gymnasium env inside our adapter (and its wrappers)
+    while inner is not None and getattr(inner, "render_mode", None) != "rgb_array":
+        inner = getattr(inner, "env", None)
+    if inner is not None:
         return inner.render, float(inner.metadata.get("render_fps") or 30)
     raise EnjoyError(f"--video: env {name} has no frames to record (no render() method)")
 

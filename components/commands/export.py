@@ -129,9 +129,10 @@ class OnnxPolicy(nn.Module):
         recurrent = self.model.state_size > 0
         state = inputs[len(self.keys)] if recurrent else torch.zeros(inputs[0].shape[0], 0)
         core_out, new_state = self._core_step(self.model.encoder(obs), state)
-        outputs = [self.model.actor(core_out)]
-        if self.model.log_std is not None:
-            outputs.append(self.model.log_std.expand_as(outputs[0]))
+        dist = self.model.distribution(core_out)
+        outputs = [dist.params]
+        if not dist.is_categorical:
+            outputs.append(dist.log_std)
         value = self.model.critic(core_out).squeeze(-1)
         outputs.append(value * self.value_std + self.value_mean)
         if recurrent:
@@ -167,7 +168,7 @@ class OnnxPolicy(nn.Module):
         """The ONNX model's input and output names, in order."""
         recurrent = self.model.state_size > 0
         inputs = [*self.keys, *(["rnn_state"] if recurrent else [])]
-        outputs = ["action_logits", *(["log_std"] if self.model.log_std is not None else []),
+        outputs = ["action_logits", *(["log_std"] if self.model.action_dim is not None else []),
                    "value", *(["rnn_state_out"] if recurrent else [])]
         return inputs, outputs
 

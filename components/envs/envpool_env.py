@@ -163,7 +163,7 @@ class EnvPoolBatch(BatchedEnv):
         self._lengths[:] = 0
 
     def step_rows(self, actions: np.ndarray, obs: ObsDict, rewards: np.ndarray,
-                  dones: np.ndarray) -> Ended:
+                  dones: np.ndarray, time_outs: np.ndarray) -> Ended:
         """Step every env with one EnvPool call; reset the ended ones (see the module doc)."""
         acts = actions[:, 0] if self._discrete else actions.astype(self._action_dtype)
         try:
@@ -176,6 +176,7 @@ class EnvPoolBatch(BatchedEnv):
         np.copyto(out, next_obs, casting="unsafe")
         rewards[:] = reward
         np.logical_or(terminated, truncated, out=dones)
+        np.greater(truncated, terminated, out=time_outs)  # truncated and not terminated
         self.terminated[:], self.truncated[:] = terminated, truncated
         self._returns += reward
         self._lengths += 1
@@ -225,6 +226,7 @@ class EnvPoolEnv(MultiAgentEnv):
         self.batch = EnvPoolBatch(task, 1, seed, kwargs)
         self._rewards = np.zeros(1, np.float32)
         self._dones = np.zeros(1, bool)
+        self._time_outs = np.zeros(1, bool)
 
     @property
     def spec(self) -> EnvSpec:
@@ -241,7 +243,8 @@ class EnvPoolEnv(MultiAgentEnv):
 
     def step_into(self, actions: np.ndarray, obs_out: ObsDict) -> StepOutput:
         """Step with `actions[0]`; an ended episode is reset within the step."""
-        ended = self.batch.step_rows(actions, obs_out, self._rewards, self._dones)
+        ended = self.batch.step_rows(actions, obs_out, self._rewards, self._dones,
+                                     self._time_outs)
         return (self._rewards.copy(), self.batch.terminated.copy(), self.batch.truncated.copy(),
                 ended[0][1] if ended else [{}])
 

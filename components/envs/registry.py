@@ -1,5 +1,5 @@
-"""Env names -> factories: `doom_<scenario>`, `atari_<game>`, `gym:<EnvId>`, `envpool:<TaskId>`,
-short names, `pkg.mod:factory`.
+"""Env names -> factories: `doom_<scenario>`, `atari_<game>`, `mujoco_<name>`, `gym:<EnvId>`,
+`envpool:<TaskId>`, short names, `pkg.mod:factory`.
 
 Short names come from `register_env` and from the `sfbus.envs` entry points of installed
 packages. A registration reaches every process the registering one starts: its factory's import
@@ -99,9 +99,11 @@ def env_spec(name: str, **kwargs: Any) -> EnvSpec:
 
 def known_envs() -> list[str]:
     """Registered short names (`register_env`, `sfbus.envs` entry points), every
-    `doom_<scenario>` and `atari_<game>`, sorted (`gym:<Id>` not listed)."""
+    `doom_<scenario>`, `atari_<game>` and `mujoco_<name>`, sorted (`gym:<Id>` not listed)."""
+    from components.envs.mujoco import MUJOCO_ENVS
+
     return sorted(set(_REGISTRY) | set(_carried()) | set(_entry_points()) | set(_doom_names())
-                  | set(_atari_names()))
+                  | set(_atari_names()) | set(MUJOCO_ENVS))
 
 
 def _resolve(name: str) -> Factory:
@@ -125,6 +127,12 @@ def _resolve(name: str) -> Factory:
         if game not in atari_games():  # unknown game, or its ROM is missing from ale-py
             raise UnknownEnvError(_unknown(name, atari_names()))
         return lambda **kw: make_atari_env(game, **kw)
+    if name.startswith("mujoco_"):
+        from components.envs.mujoco import MUJOCO_ENVS, make_mujoco_env
+
+        if name not in MUJOCO_ENVS:
+            raise UnknownEnvError(_unknown(name, sorted(MUJOCO_ENVS)))
+        return lambda **kw: make_mujoco_env(name, **kw)
     if name.startswith("envpool:"):
         try:
             from components.envs.envpool_env import EnvPoolFactory, envpool_tasks

@@ -1,12 +1,12 @@
 """A group of envs stepped as one vector: the rollout worker's per-env loop, in every sampling mode,
 and the interface of a batch that batched sampling steps with one call (:class:`EnvBatch`).
 
-Row ``i * num_agents + a`` of the actions, rewards and dones is agent ``a`` of the group's env
-``i``; env ``i`` writes its observation into ``outs[i]``, wherever its owner wants it: views of a
-contiguous block (batched sampling, :meth:`VectorEnvs.rows_of`), a trajectory slot's row, or a
-scratch array. VizDoom's ``make_action`` blocks until the engine (a process of its own) has run
-the tics, and its API has no separate send and receive to overlap the engines with, so the step
-itself is a loop.
+Row ``i * num_agents + a`` of the actions, rewards, dones and time-outs is agent ``a`` of the
+group's env ``i``; env ``i`` writes its observation into ``outs[i]``, wherever its owner wants it:
+views of a contiguous block (batched sampling, :meth:`VectorEnvs.rows_of`), a trajectory slot's
+row, or a scratch array. VizDoom's ``make_action`` blocks until the engine (a process of its own)
+has run the tics, and its API has no separate send and receive to overlap the engines with, so the
+step itself is a loop.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ class EnvBatch(abc.ABC):
 
     @abc.abstractmethod
     def step_rows(self, actions: np.ndarray, obs: ObsDict, rewards: np.ndarray,
-                  dones: np.ndarray) -> Ended:
+                  dones: np.ndarray, time_outs: np.ndarray) -> Ended:
         """Step every env with its rows of ``actions``, writing its rows of the contiguous
-        ``[rows, ...]`` observations ``obs``, ``rewards`` and ``dones``; an env whose episode
+        ``[rows, ...]`` observations ``obs``, ``rewards``, ``dones`` and ``time_outs``
+        (truncated and not terminated); an env whose episode
         ended is already reset (its rows hold the next episode's first observation). Returns
         the envs that are done; a native batch raises ``EnvError`` when its engine broke."""
 
@@ -71,15 +72,17 @@ class VectorEnvs(EnvBatch):
         return [{k: v[rows] for k, v in obs.items()} for rows in self.rows]
 
     def step_rows(self, actions: np.ndarray, obs: ObsDict, rewards: np.ndarray,
-                  dones: np.ndarray) -> Ended:
+                  dones: np.ndarray, time_outs: np.ndarray) -> Ended:
         """:meth:`step_into` each env's rows of the contiguous observations ``obs``."""
-        return self.step_into(actions, self.rows_of(obs), rewards, dones)
+        return self.step_into(actions, self.rows_of(obs), rewards, dones, time_outs)
 
     def step_into(self, actions: np.ndarray, outs: list[ObsDict], rewards: np.ndarray,
-                  dones: np.ndarray) -> Ended:
+                  dones: np.ndarray, time_outs: np.ndarray) -> Ended:
         """Step every env with its rows of ``actions``, writing its observation into its entry
-        of ``outs`` and its rows of ``rewards`` and ``dones`` (bool); returns the envs that are
-        done. An env that raised ``EnvError`` reads as done with reward 0 and empty infos."""
+        of ``outs`` and its rows of ``rewards``, ``dones`` (terminated or truncated) and
+        ``time_outs`` (truncated and not terminated), bools; returns the envs that are done.
+        An env that raised ``EnvError`` reads as done (not a time-out) with reward 0 and empty
+        infos."""
         na = self.num_agents
         ended: Ended = []
         for i, env in enumerate(self.envs[self.first:self.first + self.count]):
@@ -93,9 +96,11 @@ class VectorEnvs(EnvBatch):
             if na == 1:  # scalar writes beat slice writes for the common single-agent env
                 rewards[a] = r[0]
                 done = dones[a] = term[0] or trunc[0]
+                time_outs[a] = trunc[0] and not term[0]
             else:
                 rewards[a:a + na] = r
                 done = np.logical_or(term, trunc, out=dones[a:a + na]).any()
+                np.greater(trunc, term, out=time_outs[a:a + na])  # trunc and not term
             if done:
                 ended.append((a, infos))
         return ended

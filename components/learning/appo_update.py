@@ -80,6 +80,7 @@ class AppoUpdate:
                 "rewards": (batch["rewards"] * (params.reward_scale * self.env_reward_scale)
                             ).clamp(-cfg.reward_clip, cfg.reward_clip),
                 "dones": batch["dones"],
+                "time_outs": batch["time_outs"],
                 "policy_versions": batch["versions"], "valids": valids,
                 "learner_version": t.version}
         figures: list[dict[str, float]] = []

@@ -13,6 +13,7 @@ from components.models.config import ModelConfig
 from components.models.core import Core
 from components.models.distributions import ActionDistribution
 from components.models.encoders import ObsEncoder
+from components.models.gaussian_head import GaussianHead
 from components.models.parts import build_core, build_encoder
 
 
@@ -55,9 +56,10 @@ class ActorCritic(nn.Module):
         self._state_size = type(self.core).state_size_for(cfg)
         # One fused Linear for all categorical heads: the same as one Linear per head (its rows
         # split per head), in one matmul.
-        num_outputs = sum(self.action_heads) if self.action_heads is not None else action_dim
-        self.actor = nn.Linear(self.core.out_size, num_outputs)
-        self.log_std = nn.Parameter(torch.zeros(action_dim)) if action_dim is not None else None
+        self.actor: nn.Linear | GaussianHead = (
+            nn.Linear(self.core.out_size, sum(self.action_heads))
+            if self.action_heads is not None
+            else GaussianHead(self.core.out_size, action_dim, cfg))
         self.critic = nn.Linear(self.core.out_size, 1)
         self._init_weights()
 
@@ -79,8 +81,11 @@ class ActorCritic(nn.Module):
                     nn.init.orthogonal_(param)
                 else:
                     nn.init.zeros_(param)
-        nn.init.orthogonal_(self.actor.weight, gain=1.0)
-        nn.init.zeros_(self.actor.bias)
+        if isinstance(self.actor, GaussianHead):
+            self.actor.reset_parameters()
+        else:
+            nn.init.orthogonal_(self.actor.weight, gain=1.0)
+            nn.init.zeros_(self.actor.bias)
         nn.init.orthogonal_(self.critic.weight, gain=1.0)
         nn.init.zeros_(self.critic.bias)
 
@@ -95,10 +100,9 @@ class ActorCritic(nn.Module):
 
     def distribution(self, core_out: Tensor) -> ActionDistribution:
         """The action distribution for core outputs of any leading shape."""
-        params = self.actor(core_out)
-        if self.action_heads is not None:
-            return ActionDistribution(logits=params, action_heads=self.action_heads)
-        return ActionDistribution(mean=params, log_std=self.log_std)
+        if self.action_heads is None:
+            return self.actor(core_out)
+        return ActionDistribution(logits=self.actor(core_out), action_heads=self.action_heads)
 
     def forward_step(
         self, obs: dict[str, Tensor], rnn_state: Tensor, deterministic: bool = False,

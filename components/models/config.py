@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
+from components.envs.action_bounds import ActionBounds
 from components.models.precision import Precision
 
 
@@ -62,7 +64,31 @@ class ModelConfig:
     the heads always run in float32, so the RNN state and the log-probabilities in the PPO
     ratio keep full precision."""
 
+    adaptive_stddev: bool = False
+    """Continuous actions: the Gaussian's log-std is an output of the actor head (state
+    dependent), not one learned parameter per action dimension (Sample Factory's
+    `adaptive_stddev`; its default is true, its MuJoCo, Atari and Isaac configs set false)."""
+
+    initial_stddev: float = 1.0
+    """Continuous actions: the Gaussian's std at initialization (the learned log-std starts at
+    `log(initial_stddev)`; with `adaptive_stddev` the log-std outputs' bias does, where Sample
+    Factory ignores it)."""
+
+    continuous_tanh_scale: float = 0.0
+    """Continuous actions: > 0 bounds the Gaussian's mean to `[-s, s]` as `s * tanh(mean / s)`
+    (Sample Factory's `continuous_tanh_scale`, here with `adaptive_stddev` too); 0: unbounded."""
+
+    action_bounds: ActionBounds = "clip"
+    """Continuous actions: how a sampled action reaches the env's Box (`clip`, `squash` through
+    tanh onto [low, high], or `none`: as sampled, Sample Factory's behaviour); the buffer keeps the
+    sample and its log-probability either way (see components/envs/action_bounds.py)."""
+
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.initial_stddev) and self.initial_stddev > 0):
+            raise ValueError(f"initial_stddev must be > 0 and finite, got {self.initial_stddev}")
+        if not (math.isfinite(self.continuous_tanh_scale) and self.continuous_tanh_scale >= 0):
+            raise ValueError("continuous_tanh_scale must be >= 0 and finite (0: off), got "
+                             f"{self.continuous_tanh_scale}")
         # Imported here: the registry imports the user's module, and the built-in parts import
         # this module.
         from components.models import registry

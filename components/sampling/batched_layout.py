@@ -81,13 +81,14 @@ class BatchedSplit(Split):
         obs = {}
         for k, arr in self.obs_items:
             obs[k] = arr[at1]
-        rewards, dones = self.step_rewards, self.step_dones
+        rewards, dones, time_outs = self.step_rewards, self.step_dones, self.step_time_outs
         try:
-            ended = self.batch.step_rows(self.actions[at], obs, rewards, dones)
+            ended = self.batch.step_rows(self.actions[at], obs, rewards, dones, time_outs)
         except EnvError as error:  # only a native batch raises: VectorEnvs recreates the env
             self.worker_envs.batch_failed(error)
         self.rewards[at] = rewards
         self.dones[at] = dones
+        self.time_outs[at] = time_outs
         if ended:
             self._ended(ended, t1)
         self.t = t1

@@ -97,10 +97,12 @@ class Split:
         self.obs_items = tuple(self.buffer.obs_numpy().items())
         self.rnn, self.actions = fields["rnn"], fields["actions"]
         self.rewards, self.dones = fields["rewards"], fields["dones"]
+        self.time_outs = fields["time_outs"]
         self.step_policies = fields["policies"]
         # Preallocated staging: one write per field and step, no allocation.
         self.step_rewards = np.zeros(rows, np.float32)
         self.step_dones = np.zeros(rows, bool)
+        self.step_time_outs = np.zeros(rows, bool)
         # The carried observation and state are staged here: once this split's slots are
         # released, another split may reuse and overwrite them before this one resumes.
         self.carry_obs = {k: np.zeros((rows, *f.shape), f.dtype)
@@ -193,16 +195,17 @@ class TableSplit(Split):
         t = self.t
         t1 = t + 1
         slots = self.slots
-        rewards, dones = self.step_rewards, self.step_dones
+        rewards, dones, time_outs = self.step_rewards, self.step_dones, self.step_time_outs
         # The [slot, t] layout: TrajectoryBuffer.at(slots, t) is (slots, t) itself.
         actions = self.actions[slots, t]  # one gather for the whole split
         ended = self.vector.step_into(actions, self.scratch_outs or self._slot_rows(t1),
-                                      rewards, dones)
+                                      rewards, dones, time_outs)
         if self.scratch:
             for k, arr in self.obs_items:
                 arr[slots, t1] = self.scratch[k]
         self.rewards[slots, t] = rewards
         self.dones[slots, t] = dones
+        self.time_outs[slots, t] = time_outs
         if ended:
             self._ended(ended, t1)
         self.t = t1

@@ -22,6 +22,7 @@ from typing import NoReturn
 import numpy as np
 
 from components.envs import EnvError, MultiAgentEnv
+from components.envs.action_bounds import bound_actions
 from components.envs.guard import StepWatchdog, make_guarded_env
 from components.envs.registry import make_batched_env
 from components.envs.spec import ObsDict
@@ -164,7 +165,9 @@ class WorkerEnvs:
             self.watchdog = None
 
     def _new(self) -> MultiAgentEnv:
-        return make_guarded_env(self.params.env, self.params.env_kwargs, self.watchdog)
+        p = self.params
+        return bound_actions(make_guarded_env(p.env, p.env_kwargs, self.watchdog),
+                             p.model.action_bounds)
 
     def _seed(self, e: int) -> int:
         return env_seed(self.params.seed, self.worker, e, self._incarnations[e])

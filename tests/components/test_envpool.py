@@ -66,17 +66,19 @@ def test_batch_matches_raw_envpool_with_same_step_resets() -> None:
         assert np.array_equal(obs["obs"][i], first[0])
     rng = np.random.default_rng(0)
     rewards, dones = np.zeros(count, np.float32), np.zeros(count, bool)
+    time_outs = np.zeros(count, bool)
     clipped, score, length = np.zeros(count), np.zeros(count), np.zeros(count, int)
     lives_lost = games = 0
     for _ in range(steps):
         actions = rng.integers(0, 4, (count, 1))
-        ended = dict(batch.step_rows(actions, obs, rewards, dones))
+        ended = dict(batch.step_rows(actions, obs, rewards, dones, time_outs))
         for i, raw in enumerate(raws):
             o, r, term, trunc, info = raw.step(actions[i])
             clipped[i] += r[0]
             score[i] += info["reward"][0]
             length[i] += 1
             assert rewards[i] == r[0] and dones[i] == (term[0] or trunc[0])
+            assert time_outs[i] == (trunc[0] and not term[0])
             assert r[0] == np.sign(info["reward"][0])  # clipped, as atari_<game>'s
             if not dones[i]:
                 assert i not in ended and np.array_equal(obs["obs"][i], o[0])
@@ -235,6 +237,6 @@ def test_vector_envs_serve_the_same_one_call_interface() -> None:
     for i, out in enumerate(vector.rows_of(obs)):
         envs[i].reset_into(out, seed=i)
     before = obs["obs"].copy()
-    rewards, dones = np.zeros(2, np.float32), np.zeros(2, bool)
-    assert vector.step_rows(np.zeros((2, 1), np.int64), obs, rewards, dones) == []
+    rewards, dones, time_outs = np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool)
+    assert vector.step_rows(np.zeros((2, 1), np.int64), obs, rewards, dones, time_outs) == []
     assert (rewards == 1).all() and not np.array_equal(obs["obs"], before)

@@ -324,6 +324,7 @@ def bandit_batch(learner: Learner, gen: torch.Generator, n: int = 8) -> dict:
     rewards = (actions[..., 0] == (obs[:, :T, 0] > 0).long()).float()
     return {"obs.obs": obs, "rnn": torch.zeros(n, 0), "actions": actions,
             "log_probs": log_probs, "values": values, "rewards": rewards, "dones": dones,
+            "time_outs": torch.zeros(n, T, dtype=torch.uint8),
             "versions": torch.full((n, T), learner.training.version, dtype=torch.int64),
             "policies": torch.zeros(n, T, dtype=torch.int64)}
 
