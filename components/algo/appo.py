@@ -19,9 +19,10 @@ from components.algo.ppo import (
 )
 from components.algo.vtrace import vtrace
 from components.models.actor_critic import ActorCritic
+from components.models.distributions import ActionDistribution
 
-PER_STEP_KEYS = ("actions", "log_probs", "values", "rewards", "dones", "time_outs",
-                 "policy_versions", "valids")
+PER_STEP_KEYS = ("actions", "log_probs", "action_params", "values", "rewards", "dones",
+                 "time_outs", "policy_versions", "valids")
 
 
 def appo_loss(
@@ -41,6 +42,7 @@ def appo_loss(
     - `rnn_states`: `[B, S]` state entering step 0, or the `[B, T + 1, S]` buffer field (its
       step 0 is used).
     - `actions` `[B, T, heads]` int64 or `[B, T, dim]` float; `log_probs` `[B, T]` log mu(a|x);
+      `action_params` `[B, T, n]` mu's parameters (``ActionDistribution.params``);
       `values` `[B, T]` behavior values (normalized space, used only for value clipping);
       `rewards` `[B, T]` reward after step t's action; `dones` `[B, T]` the episode ended after
       step t (terminated or truncated: both stop the bootstrap); `time_outs` `[B, T]` (needed
@@ -125,8 +127,14 @@ def appo_loss(
     entropy = dist.entropy()
     loss_explore = (symmetric_kl_loss(dist.symmetric_kl_with_uniform(), valids)
                     if cfg.exploration_loss == "symmetric_kl" else entropy_loss(entropy, valids))
-    # total: L = L_pi + c_v L_V + c_H L_H
+    # KL(pi || mu) against the behaviour distribution: the penalty, and the figure the
+    # KL-adaptive learning-rate schedules read
+    behaviour = ActionDistribution.from_params(step["action_params"].float(), model.action_heads)
+    kl_old = masked_mean(dist.kl(behaviour), valids)
+    # total: L = L_pi + c_v L_V + c_H L_H (+ c_KL KL)
     loss = loss_pi + cfg.value_loss_coeff * loss_v + cfg.entropy_coeff * loss_explore
+    if cfg.kl_loss_coeff > 0:
+        loss = loss + cfg.kl_loss_coeff * kl_old
 
     with torch.no_grad():
         log_ratio = log_prob_new.detach() - log_prob_old
@@ -138,8 +146,7 @@ def appo_loss(
             "value_loss": loss_v.detach(),
             "exploration_loss": loss_explore.detach(),
             "entropy": masked_mean(entropy.detach(), valids),
-            # k3 estimator of KL(mu || pi): E[(r - 1) - log r], always >= 0
-            "kl_approx": masked_mean((ratio - 1) - log_ratio, valids),
+            "kl": kl_old.detach(),
             "clip_fraction": masked_mean(((ratio < low) | (ratio > high)).float(), valids),
             "ratio_mean": masked_mean(ratio, valids),
             # 0 without a valid step, as the masked means

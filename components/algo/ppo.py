@@ -22,7 +22,7 @@ _RANGES = {
     "value_loss_coeff": (0.0, math.inf, False), "gae_lambda": (0.0, 1.0, False),
     "max_policy_lag": (0, math.inf, False), "lr_schedule_kl_threshold": (0.0, math.inf, True),
     "lr_adaptive_min": (0.0, math.inf, True), "lr_adaptive_max": (0.0, math.inf, True),
-    "reward_clip": (0.0, math.inf, True),
+    "reward_clip": (0.0, math.inf, True), "kl_loss_coeff": (0.0, math.inf, False),
 }
 
 
@@ -73,6 +73,9 @@ class AppoConfig:
     exploration_loss: Literal["entropy", "symmetric_kl"] = "entropy"
     """The entropy bonus, or the symmetric KL divergence between the policy and the uniform
     one (categorical actions only; clamped at 30 as Sample Factory)."""
+    kl_loss_coeff: float = 0.0
+    """Weight of the KL penalty E[KL(pi || mu)] against the behaviour policy (Schulman et al.
+    2017's fixed-KL variant; Sample Factory recommends 0.1 for continuous actions)."""
     reward_clip: float = 1000.0
     """Rewards are clipped to [-c, c] after scaling (Sample Factory's default 1000)."""
     value_loss_coeff: float = 0.5

@@ -130,7 +130,7 @@ class OnnxPolicy(nn.Module):
         state = inputs[len(self.keys)] if recurrent else torch.zeros(inputs[0].shape[0], 0)
         core_out, new_state = self._core_step(self.model.encoder(obs), state)
         dist = self.model.distribution(core_out)
-        outputs = [dist.params]
+        outputs = [dist.params if dist.is_categorical else dist.mean]
         if not dist.is_categorical:
             outputs.append(dist.log_std)
         value = self.model.critic(core_out).squeeze(-1)

@@ -35,8 +35,8 @@ from sfbus import ActorContext, ArraySpec, SlotPool
 
 Index = int | slice | np.ndarray
 """Slots or steps of a trajectory buffer: one, a range, or an integer array."""
-STEP_FIELDS = ("rnn", "actions", "log_probs", "values", "rewards", "dones", "time_outs",
-               "versions", "policies")
+STEP_FIELDS = ("rnn", "actions", "log_probs", "action_params", "values", "rewards", "dones",
+               "time_outs", "versions", "policies")
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,8 @@ class TrajectoryLayout:
             "rnn": ((*steps, max(self.state_size, 1)), "float32"),
             "actions": ((*steps, *self.spec.action_shape), self.spec.action_dtype),
             "log_probs": (steps, "float32"),
+            # the behaviour distribution (logits, or mean and log-std): the KL terms' mu
+            "action_params": ((*steps, self.spec.action_params_size), "float32"),
             "values": (steps, "float32"),
             "rewards": (steps, "float32"),
             "dones": (steps, "uint8"),

@@ -143,7 +143,8 @@ TRAINING_FIGURES: dict[str, str] = {
     "value_loss": "critic loss (before value_loss_coeff)",
     "exploration_loss": "entropy or symmetric-KL exploration loss (before its coefficient)",
     "entropy": "policy entropy over valid steps",
-    "kl": "approximate KL(behaviour || current) before each step (k3 estimator)",
+    "kl": "KL(current || behaviour) over valid steps, before each step (the adaptive "
+          "learning-rate schedules read it; kl_loss_coeff weights it as a penalty)",
     "clip_fraction": "share of valid steps whose ratio lies outside the clipping range",
     "ratio_mean": "mean importance ratio pi / mu over valid steps",
     "ratio_min": "smallest importance ratio of the batch",

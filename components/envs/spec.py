@@ -91,6 +91,14 @@ class EnvSpec:
         return self.action_box.shape if self.action_box is not None else (len(self.action_heads),)
 
     @property
+    def action_params_size(self) -> int:
+        """Width of an action distribution's parameters: the heads' logits, or a Gaussian's
+        mean and log-std."""
+        if self.action_box is not None:
+            return 2 * math.prod(self.action_box.shape)
+        return sum(self.action_heads)
+
+    @property
     def action_dtype(self) -> str:
         """Numpy dtype name of actions: int64 for heads, float32 for a Box."""
         return "float32" if self.is_continuous else "int64"

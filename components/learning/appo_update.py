@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 Batch = dict[str, Any]
 LOSS_FIGURES = {"policy_loss": "policy_loss", "value_loss": "value_loss",
-                "exploration_loss": "exploration_loss", "entropy": "entropy", "kl": "kl_approx",
+                "exploration_loss": "exploration_loss", "entropy": "entropy", "kl": "kl",
                 "clip_fraction": "clip_fraction", "ratio_mean": "ratio_mean",
                 "ratio_min": "ratio_min", "ratio_max": "ratio_max", "adv_mean": "adv_mean",
                 "adv_std": "adv_std", "value_mean": "value_mean", "target_mean": "target_mean"}
@@ -76,7 +76,8 @@ class AppoUpdate:
         obs = {k: stats[k].normalize(v, image_dtype) if k in stats else v for k, v in obs.items()}
         valids = self.population.valid_steps(batch)  # another policy's steps feed V-trace only
         data = {"obs": obs, "rnn_states": batch["rnn"], "actions": batch["actions"],
-                "log_probs": batch["log_probs"], "values": batch["values"],
+                "log_probs": batch["log_probs"], "action_params": batch["action_params"],
+                "values": batch["values"],
                 "rewards": (batch["rewards"] * (params.reward_scale * self.env_reward_scale)
                             ).clamp(-cfg.reward_clip, cfg.reward_clip),
                 "dones": batch["dones"],

@@ -30,7 +30,8 @@ class StepOutput:
     rnn_state: Tensor
     """`[B, state_size]` state to store and feed with the next step."""
     action_logits: Tensor
-    """`[B, sum(action_heads)]` logits, or the `[B, action_dim]` Gaussian mean."""
+    """The distribution's parameters: `[B, sum(action_heads)]` logits, or the Gaussian's mean
+    and log-std `[B, 2 * action_dim]`."""
 
 
 class ActorCritic(nn.Module):

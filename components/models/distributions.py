@@ -51,8 +51,20 @@ class ActionDistribution:
 
     @property
     def params(self) -> Tensor:
-        """The raw distribution parameters: concatenated logits, or the Gaussian mean."""
-        return self.logits if self.is_categorical else self.mean
+        """The distribution's parameters `[..., n]`: the heads' logits, or the Gaussian's mean
+        and log-std concatenated (what :meth:`from_params` rebuilds it from)."""
+        if self.is_categorical:
+            return self.logits
+        return torch.cat([self.mean, self.log_std], dim=-1)
+
+    @staticmethod
+    def from_params(params: Tensor, action_heads: tuple[int, ...] | None) -> ActionDistribution:
+        """The distribution whose :attr:`params` are ``params`` (categorical with
+        ``action_heads``, else a Gaussian)."""
+        if action_heads is not None:
+            return ActionDistribution(logits=params, action_heads=action_heads)
+        mean, log_std = params.chunk(2, dim=-1)
+        return ActionDistribution(mean=mean, log_std=log_std)
 
     def log_prob(self, actions: Tensor) -> Tensor:
         """log pi(a): `[..., heads]` or `[..., dim]` actions -> `[...]` (summed)."""

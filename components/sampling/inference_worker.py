@@ -53,9 +53,11 @@ class _Rows:
         self.actions = t["actions"].flatten(0, 1)
         self.log_probs = t["log_probs"].flatten(0, 1)
         self.values = t["values"].flatten(0, 1)
+        self.action_params = t["action_params"].flatten(0, 1)
         self.versions = t["versions"].flatten(0, 1)
         self.np = {name: n[name].reshape(-1, *n[name].shape[2:])
-                   for name in ("rnn", "actions", "log_probs", "values", "versions")}
+                   for name in ("rnn", "actions", "log_probs", "action_params", "values",
+                                "versions")}
         # One index buffer per split: a split has at most one request in flight (its worker waits
         # for the actions before stepping it again), so reusing it within a batch is safe. It is
         # computed in numpy (a few rows: torch's per-call overhead would dominate); the model's
@@ -299,6 +301,7 @@ class InferenceWorker(Actor):
                 rows.actions.index_copy_(0, index, actions[start:end].to(rows.actions.dtype))
                 rows.log_probs.index_copy_(0, index, out.log_prob[start:end])
                 rows.values.index_copy_(0, index, out.value[start:end])
+                rows.action_params.index_copy_(0, index, out.action_logits[start:end].float())
                 rows.versions.index_fill_(0, index, served.version)
                 if self.state_size:
                     # The state after acting at t enters step t + 1; the index buffer is ours
@@ -315,6 +318,8 @@ class InferenceWorker(Actor):
             rows["actions"][index] = actions[start:end]
             rows["log_probs"][index] = log_probs[start:end]
             rows["values"][index] = 0.0
+            # uniform logits / the standard normal random_actions draws from
+            rows["action_params"][index] = 0.0
             rows["versions"][index] = served.version
             if self.state_size:
                 # A random policy has no state. The index buffer is ours: shift it in place.

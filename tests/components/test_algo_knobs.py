@@ -135,7 +135,7 @@ def test_kl_adaptive_schedule_moves_the_learners_rate():
                              lr_schedule_kl_threshold=1e-9)  # every KL is "too far"
     lr = learner.training.lr
     batch = bandit_batch(learner, torch.Generator().manual_seed(0))
-    batch["log_probs"] -= 0.5  # off-policy: every minibatch's KL is well above 0
+    batch["action_params"] += torch.tensor([2.0, -2.0])  # mu far off: every minibatch's KL > 0
     result = learner.train(batch)
     assert result["kl"] > 2e-9
     assert learner.training.lr == pytest.approx(lr / 1.5**2)  # one step down per minibatch
@@ -192,3 +192,42 @@ def test_mostly_invalid_batches_are_reported():
     learner._warn.warning = lambda key, *args: warnings.append(key)  # what _report logs
     learner._report(result)
     assert warnings == ["invalid"]
+
+
+def test_kl_penalty_is_the_kl_to_the_behaviour_distribution():
+    """kl_loss_coeff adds c * E[KL(pi || mu)], mu rebuilt from the stored parameters."""
+    from components.algo import appo_loss
+    from components.models import ModelConfig
+    from components.models.actor_critic import ActorCritic
+    from tests.components.test_ppo import make_batch
+
+    torch.manual_seed(0)
+    net = ActorCritic({"obs": ((4,), "float32")}, (3, 2), None,
+                      ModelConfig(core="none", mlp_layers=(8,)))
+    batch = make_batch(net)
+    behaviour = batch["action_params"] + torch.randn(batch["action_params"].shape)
+    batch["action_params"] = behaviour
+    plain = AppoConfig(normalize_returns=False)
+    loss0, stats0 = appo_loss(net, batch, plain)
+    loss1, _ = appo_loss(net, batch, replace(plain, kl_loss_coeff=0.5))
+    with torch.no_grad():  # the KL written out per head from the softmaxes
+        dist, _ = net.forward_sequence(batch["obs"], batch["rnn_states"],
+                                       torch.nn.functional.pad(batch["dones"], (0, 1)))
+        logits = dist[:, :-1].logits
+        kl = torch.zeros(logits.shape[:2])
+        for lo, hi in ((0, 3), (3, 5)):
+            p = torch.softmax(logits[..., lo:hi], -1)
+            q = torch.softmax(behaviour[..., lo:hi], -1)
+            kl += (p * (p.log() - q.log())).sum(-1)
+    assert float(stats0["kl"]) == pytest.approx(float(kl.mean()), rel=1e-4)
+    assert float((loss1 - loss0).detach()) == pytest.approx(0.5 * float(kl.mean()), rel=1e-4)
+    assert float(stats0["kl"]) > 0.05
+
+
+def test_gaussian_parameters_round_trip():
+    mean, log_std = torch.randn(3, 2), torch.randn(2)
+    dist = ActionDistribution(mean=mean, log_std=log_std)
+    again = ActionDistribution.from_params(dist.params, None)
+    torch.testing.assert_close(again.mean, dist.mean)
+    torch.testing.assert_close(again.log_std, dist.log_std)
+    assert float(dist.kl(again).abs().max()) < 1e-6

@@ -143,6 +143,7 @@ def random_batch(learner: Learner, seed: int, n: int = 8) -> dict:
             "rnn": torch.randn(n, 16, generator=gen) * 0.1,
             "actions": torch.randint(0, 2, (n, T, 1), generator=gen),
             "log_probs": torch.full((n, T), math.log(0.5)),
+            "action_params": torch.zeros(n, T, 2),  # uniform logits, as the log-probs say
             "values": torch.randn(n, T, generator=gen),
             "rewards": torch.rand(n, T, generator=gen),
             "dones": (torch.rand(n, T, generator=gen) < 0.1).to(torch.uint8),

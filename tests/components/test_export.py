@@ -72,8 +72,8 @@ def test_onnx_outputs_equal_the_torch_policy(tmp_path: Path, spec: EnvSpec,
         got = dict(zip(outputs, session.run(None, feed), strict=True))
         expected = {"action_logits": step.action_logits,
                     "value": returns.denormalize(step.value)}
-        if "log_std" in outputs:
-            expected["log_std"] = policy.model.actor.log_std.expand(batch, -1)
+        if "log_std" in outputs:  # a Gaussian's parameters are its mean, then its log-std
+            expected["action_logits"], expected["log_std"] = step.action_logits.chunk(2, -1)
         if "rnn_state_out" in outputs:
             expected["rnn_state_out"] = step.rnn_state
         assert set(got) == set(expected)

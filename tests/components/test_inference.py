@@ -54,7 +54,7 @@ class FakeRollout(Actor):
         self.buffer = TrajectoryBuffer(self.context, self.name, layout)
         actions_sentinel = np.nan if layout.spec.is_continuous else -1
         for name, value in (("rnn", np.nan), ("actions", actions_sentinel), ("log_probs", np.nan),
-                            ("values", np.nan), ("versions", -1)):
+                            ("action_params", np.nan), ("values", np.nan), ("versions", -1)):
             self.buffer.numpy[name][...] = value
         self.answers: list[ActionsReady] = []
         self.answered = asyncio.Event()
@@ -175,6 +175,7 @@ def check_rows(rollout: FakeRollout, rows: list[tuple[int, int]], policy: Policy
     if deterministic:
         assert torch.equal(actions, dist.mode())
     close(t["log_probs"][slots, ts], dist.log_prob(actions))
+    close(t["action_params"][slots, ts], dist.params)  # the behaviour distribution, for KL
     close(t["values"][slots, ts], value)
     close(t["rnn"][slots, ts + 1], state)
     assert (t["versions"][slots, ts] == version).all()
@@ -185,6 +186,7 @@ def check_rows(rollout: FakeRollout, rows: list[tuple[int, int]], policy: Policy
     assert (untouched.isnan() if untouched.is_floating_point() else untouched == -1).all()
     assert (t["versions"][~written] == -1).all()
     assert t["log_probs"][~written].isnan().all() and t["values"][~written].isnan().all()
+    assert t["action_params"][~written].isnan().all()
     state_written = torch.zeros_like(written)
     state_written[slots, ts] = state_written[slots, ts + 1] = True
     assert t["rnn"][~state_written].isnan().all()

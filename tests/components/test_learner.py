@@ -320,11 +320,12 @@ def bandit_batch(learner: Learner, gen: torch.Generator, n: int = 8) -> dict:
         torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
         actions = dist.sample()
         log_probs = dist.log_prob(actions)
+        params = dist.params.cpu()
     actions, log_probs, values = actions.cpu(), log_probs.cpu(), values.cpu()  # as in a batch
     rewards = (actions[..., 0] == (obs[:, :T, 0] > 0).long()).float()
     return {"obs.obs": obs, "rnn": torch.zeros(n, 0), "actions": actions,
-            "log_probs": log_probs, "values": values, "rewards": rewards, "dones": dones,
-            "time_outs": torch.zeros(n, T, dtype=torch.uint8),
+            "log_probs": log_probs, "action_params": params, "values": values,
+            "rewards": rewards, "dones": dones, "time_outs": torch.zeros(n, T, dtype=torch.uint8),
             "versions": torch.full((n, T), learner.training.version, dtype=torch.int64),
             "policies": torch.zeros(n, T, dtype=torch.int64)}
 

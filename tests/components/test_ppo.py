@@ -105,11 +105,13 @@ def make_batch(model: ActorCritic, batch: int = 3, steps: int = 6, seed: int = 0
         dist, values = model.forward_sequence(obs, start, torch.nn.functional.pad(dones, (0, 1)))
         actions = dist.sample()[:, :steps]
         log_probs = dist[:, :steps].log_prob(actions)
+        params = dist[:, :steps].params
     return {
         "obs": obs,
         "rnn_states": start,
         "actions": actions,
         "log_probs": log_probs,
+        "action_params": params,
         "values": values[:, :steps],
         "rewards": torch.randn(batch, steps, generator=gen),
         "dones": dones,
@@ -149,7 +151,7 @@ def test_appo_loss_on_policy_matches_hand_computation(model, with_vtrace, with_p
         assert stats["policy_loss"].item() == pytest.approx(-adv.mean().item(), abs=1e-5)
     assert stats["value_loss"].item() == pytest.approx(((values - targets) ** 2).mean().item())
     assert stats["ratio_mean"].item() == pytest.approx(1.0)
-    assert stats["kl_approx"].item() == pytest.approx(0.0, abs=1e-6)
+    assert stats["kl"].item() == pytest.approx(0.0, abs=1e-6)
     expected = (
         stats["policy_loss"] + 0.5 * stats["value_loss"] - cfg.entropy_coeff * stats["entropy"]
     )
@@ -189,7 +191,7 @@ def test_appo_loss_accepts_buffer_shaped_fields(model):
     _, stats = appo_loss(model, batch, PLAIN)
     padded = {
         key: torch.cat([value, value[:, -1:]], dim=1)
-        if key in ("actions", "log_probs", "values", "rewards", "dones")
+        if key in ("actions", "log_probs", "action_params", "values", "rewards", "dones")
         else value
         for key, value in batch.items()
     }

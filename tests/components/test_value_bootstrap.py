@@ -114,6 +114,7 @@ def test_the_loss_trains_on_bootstrapped_targets_when_asked(with_vtrace: bool) -
         "rnn_states": torch.zeros(2, 0),
         "actions": torch.randn(2, steps, 2),
         "log_probs": torch.randn(2, steps) - 2.0,
+        "action_params": torch.zeros(2, steps, 4),
         "values": torch.zeros(2, steps),
         "rewards": torch.tensor(REWARDS),
         "dones": torch.tensor(DONES, dtype=torch.uint8),
@@ -154,6 +155,7 @@ def test_value_bootstrap_without_time_outs_in_the_batch_is_refused() -> None:
                         ModelConfig(core="none", mlp_layers=(8,)))
     batch = {"obs": {"obs": torch.randn(1, 3, 3)}, "rnn_states": torch.zeros(1, 0),
              "actions": torch.zeros(1, 2, 1, dtype=torch.int64), "log_probs": torch.zeros(1, 2),
+             "action_params": torch.zeros(1, 2, 2),
              "values": torch.zeros(1, 2), "rewards": torch.zeros(1, 2),
              "dones": torch.zeros(1, 2)}
     with pytest.raises(ValueError, match="value_bootstrap needs the batch's time_outs"):
