@@ -16,11 +16,11 @@ passes through unchanged.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
-from components.envs.spec import EnvSpec, MultiAgentEnv, ObsDict, StepOutput
+from components.envs.spec import EnvSpec, EnvWrapper, MultiAgentEnv, ObsDict, StepOutput
 
 ActionBounds = Literal["none", "clip", "squash"]
 
@@ -49,23 +49,12 @@ class ActionMap:
         return actions
 
 
-class BoundedActions(MultiAgentEnv):
+class BoundedActions(EnvWrapper):
     """An env whose continuous actions pass through an :class:`ActionMap` first."""
 
     def __init__(self, env: MultiAgentEnv, mode: ActionBounds) -> None:
-        self.env = env
+        super().__init__(env)
         self.map = ActionMap(env.spec, mode)
-
-    @property
-    def spec(self) -> EnvSpec:
-        """The wrapped env's spec."""
-        return self.env.spec
-
-    def __getattr__(self, name: str) -> Any:
-        # Anything else (reward_shaping, render, abort...) is the wrapped env's.
-        if name == "env":
-            raise AttributeError(name)
-        return getattr(self.env, name)
 
     def reset_into(self, obs_out: ObsDict, seed: int | None = None) -> None:
         """Reset the wrapped env."""

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from components.envs import EnvError, EnvSpec, MultiAgentEnv, make_env
-from components.envs.spec import ObsDict, StepOutput
+from components.envs import EnvError, MultiAgentEnv, make_env
+from components.envs.spec import EnvWrapper, ObsDict, StepOutput
 
 _INTERRUPT = signal.SIGUSR2
 
@@ -91,28 +91,17 @@ class StepWatchdog:
             signal.pthread_kill(self._main, _INTERRUPT)
 
 
-class GuardedEnv(MultiAgentEnv):
+class GuardedEnv(EnvWrapper):
     """An env whose faults (non-finite outputs, hung steps) raise :class:`EnvError`."""
 
     def __init__(self, env: MultiAgentEnv, watchdog: StepWatchdog | None,
                  engines: set[int] | None = None) -> None:
-        self.env = env
+        super().__init__(env)
         self.watchdog = watchdog
         self.engines = engines or set()
         self.timed_out = False
         self._float_keys = [k for k, f in env.spec.observation_space.items()
                             if np.dtype(f.dtype).kind == "f"]
-
-    @property
-    def spec(self) -> EnvSpec:
-        """The wrapped env's spec."""
-        return self.env.spec
-
-    def __getattr__(self, name: str) -> Any:
-        # Anything else (reward_shaping, game, render...) is the wrapped env's.
-        if name == "env":
-            raise AttributeError(name)
-        return getattr(self.env, name)
 
     def reset_into(self, obs_out: ObsDict, seed: int | None = None) -> None:
         """Reset the wrapped env; whatever it raises is an :class:`EnvError`."""

@@ -180,6 +180,24 @@ class MultiAgentEnv(abc.ABC):
         self.close()
 
 
+class EnvWrapper(MultiAgentEnv):
+    """A `MultiAgentEnv` around another, `env`: the same spec, and every attribute it does not
+    define is the wrapped env's (reward_shaping, game, render, ...)."""
+
+    def __init__(self, env: MultiAgentEnv) -> None:
+        self.env = env
+
+    @property
+    def spec(self) -> EnvSpec:
+        """The wrapped env's spec."""
+        return self.env.spec
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "env":  # not set yet (during unpickling or a failed __init__)
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+
 def _split(buf: ObsDict, n: int) -> list[ObsDict]:
     return [{k: v[i] for k, v in buf.items()} for i in range(n)]
 
