@@ -219,10 +219,10 @@ def test_appo_loss_normalizes_returns(model):
     ("lr", 0.0, "lr must be > 0.0, got 0.0"), ("lr", -1e-4, "lr must be > 0.0"),
     ("gamma", 1.5, "gamma must be >= 0.0 and <= 1.0, got 1.5"),
     ("gae_lambda", -0.1, "gae_lambda must be >= 0.0"), ("num_epochs", 0, "num_epochs must be >= 1"),
-    ("max_grad_norm", float("nan"), "max_grad_norm must be > 0.0"),
+    ("max_grad_norm", float("nan"), "max_grad_norm must be >= 0.0"),
     ("ppo_clip_ratio", 0.0, "ppo_clip_ratio must be > 0.0"),
 ])
 def test_out_of_range_hyperparameters_are_refused(field, value, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         AppoConfig(**{field: value})
-    AppoConfig(ppo_clip_value=0.0, entropy_coeff=0.0, gamma=1.0)  # the edges that mean "off"
+    AppoConfig(ppo_clip_value=0.0, entropy_coeff=0.0, gamma=1.0, max_grad_norm=0.0)  # "off"
