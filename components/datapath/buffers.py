@@ -4,8 +4,9 @@ Every rollout worker owns one trajectory buffer, ``<worker>.traj.<field>``, each
 ``[slots, T+1, ...]``: step ``t`` holds the observation and RNN state the action at ``t`` was
 computed from, that action, its log-probability and value, the reward and done that followed (and
 whether that done was a time limit's truncation rather than a termination), the policy id and
-version that acted, and whether the agent was active (acted) at all. Step ``T`` holds the observation (and state) after the last
-action, for bootstrapping; it is also copied into step 0 of the worker's next slot.
+version that acted, and whether the agent was active (acted) at all. Step ``T`` holds the
+observation (and state) after the last action, for bootstrapping; it is also copied into step 0
+of the worker's next slot.
 
 With ``sampling: batched`` the fields are shaped ``[blocks, T+1, rows, ...]`` instead (a block is
 the ``rows_per_split`` slots one split fills, see :mod:`components.sampling.batched_layout`): slot

@@ -2,9 +2,10 @@
 
 Observation: a Box becomes field `obs` (uint8 kept for images, anything else as float32); a
 Discrete observation becomes a float32 one-hot, a MultiBinary a float32 vector. A Dict of those
-becomes one field per key (e.g. `obs` and an `action_mask`, see `components.envs.spec`). Actions: Discrete -> one head, MultiDiscrete ->
-one head per entry (`start` offsets are added back), Box -> `action_box` (float32, passed through
-unclipped: clipping to the bounds is the env's or the model's business).
+becomes one field per key (e.g. `obs` and an `action_mask`, see `components.envs.spec`).
+Actions: Discrete -> one head, MultiDiscrete -> one head per entry (`start` offsets are added
+back), Box -> `action_box` (float32, passed through unclipped: clipping to the bounds is the
+env's or the model's business).
 """
 
 from __future__ import annotations

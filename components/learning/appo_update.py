@@ -76,8 +76,6 @@ class AppoUpdate:
         obs = {k: stats[k].normalize(v, image_dtype) if k in stats else v for k, v in obs.items()}
         # another policy's steps, and an inactive agent's, feed V-trace only
         valids = self.population.valid_steps(batch)
-        if "active" in batch:
-            valids &= batch["active"].bool()
         data = {"obs": obs, "rnn_states": batch["rnn"], "actions": batch["actions"],
                 "log_probs": batch["log_probs"], "action_params": batch["action_params"],
                 "values": batch["values"],

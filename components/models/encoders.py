@@ -183,8 +183,8 @@ class ObsEncoder(EncoderRunner):
     @staticmethod
     def _keys(obs_spec: dict[str, tuple[tuple[int, ...], str]],
               architecture: str) -> tuple[str, ...]:
-        """The keys ``architecture`` reads: every key but ``action_mask`` (``auto``), ``obs`` (``simplified``) or
-        ``obs`` and ``measurements`` (``full``)."""
+        """The keys ``architecture`` reads: every key but ``action_mask`` (``auto``), ``obs``
+        (``simplified``) or ``obs`` and ``measurements`` (``full``)."""
         if architecture == "auto":
             if any("." in key for key in obs_spec):  # a module name cannot hold a dot
                 raise ValueError(f"observation keys {sorted(obs_spec)}: the built-in encoder "

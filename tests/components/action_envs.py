@@ -7,6 +7,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import pettingzoo
 from gymnasium import spaces
 
 
@@ -54,3 +55,48 @@ class LowestAllowed(gym.Env):
 def make_lowest_allowed(n: int = 6, length: int = 16) -> LowestAllowed:
     """The factory a topology names."""
     return LowestAllowed(n, length)
+
+
+class Leavers(pettingzoo.ParallelEnv):
+    """Two agents see a target action (one-hot of 2) and earn +1 for choosing it; ``runner_1``
+    leaves after ``length // 2`` steps, ``runner_0`` after ``length`` (a PettingZoo parallel
+    env: the adapter keeps the leaver's row, inactive, until the episode ends)."""
+
+    metadata = {"name": "leavers"}
+
+    def __init__(self, length: int = 8) -> None:
+        self.possible_agents = ["runner_0", "runner_1"]
+        self.agents: list[str] = []
+        self.length = length
+        self.rng = np.random.default_rng(0)
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        """A one-hot target."""
+        return spaces.Box(0.0, 1.0, (2,), np.float32)
+
+    def action_space(self, agent: str) -> spaces.Space:
+        """Two actions."""
+        return spaces.Discrete(2)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[dict, dict]:
+        """Both agents in, a target each."""
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self.t = 0
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, int]) -> tuple[dict, dict, dict, dict, dict]:
+        """+1 for the target; runner_1 leaves halfway."""
+        rewards = {a: float(actions[a] == self.targets[a]) for a in self.agents}
+        self.t += 1
+        ends = {"runner_0": self.length, "runner_1": self.length // 2}
+        terms = {a: self.t >= ends[a] for a in self.agents}
+        obs = self._obs()
+        infos = {a: {} for a in self.agents}
+        self.agents = [a for a in self.agents if not terms[a]]
+        return obs, rewards, terms, dict.fromkeys(terms, False), infos
+
+    def _obs(self) -> dict:
+        self.targets = {a: int(self.rng.integers(2)) for a in self.agents}
+        return {a: np.eye(2, dtype=np.float32)[self.targets[a]] for a in self.agents}

@@ -28,9 +28,9 @@ def reference_log_probs(logits: torch.Tensor, mask: torch.Tensor) -> list[torch.
     """Per head: log of exp(l_a) / sum over allowed b of exp(l_b), -inf where masked."""
     out, start = [], 0
     for n in HEADS:
-        l, m = logits[..., start:start + n].double(), mask[..., start:start + n].bool()
-        norm = torch.log(torch.where(m, l.exp(), 0.0).sum(-1, keepdim=True))
-        out.append(torch.where(m, l - norm, -torch.inf))
+        head, m = logits[..., start:start + n].double(), mask[..., start:start + n].bool()
+        norm = torch.log(torch.where(m, head.exp(), 0.0).sum(-1, keepdim=True))
+        out.append(torch.where(m, head - norm, -torch.inf))
         start += n
     return out
 
