@@ -4,7 +4,7 @@ Every rollout worker owns one trajectory buffer, ``<worker>.traj.<field>``, each
 ``[slots, T+1, ...]``: step ``t`` holds the observation and RNN state the action at ``t`` was
 computed from, that action, its log-probability and value, the reward and done that followed (and
 whether that done was a time limit's truncation rather than a termination), the policy id and
-version that acted, and whether the agent was active (acted) at all. Step ``T`` holds the
+version that acted, and whether the agent was inactive (did not act). Step ``T`` holds the
 observation (and state) after the last action, for bootstrapping; it is also copied into step 0
 of the worker's next slot.
 
@@ -37,7 +37,7 @@ from sfbus import ActorContext, ArraySpec, SlotPool
 Index = int | slice | np.ndarray
 """Slots or steps of a trajectory buffer: one, a range, or an integer array."""
 STEP_FIELDS = ("rnn", "actions", "log_probs", "action_params", "values", "rewards", "dones",
-               "time_outs", "versions", "policies", "active")
+               "time_outs", "versions", "policies", "inactive")
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,9 @@ class TrajectoryLayout:
             "time_outs": (steps, "uint8"),  # the done was a truncation (value_bootstrap)
             "versions": (steps, "int64"),
             "policies": (steps, "int64"),
-            # the agent acted at this step (a multi-agent env's `is_active`): 0 = masked out of
-            # the loss, as a step of another policy
-            "active": (steps, "uint8"),
+            # 1: the agent did not act at this step (a multi-agent env's `is_active` False),
+            # masked out of the loss as a step of another policy; 0 (the buffer's zeros) acted
+            "inactive": (steps, "uint8"),
         })
         return fields
 

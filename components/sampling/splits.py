@@ -99,7 +99,7 @@ class Split:
         self.rewards, self.dones = fields["rewards"], fields["dones"]
         self.time_outs = fields["time_outs"]
         self.step_policies = fields["policies"]
-        self.active = fields["active"]
+        self.inactive = fields["inactive"]
         # Preallocated staging: one write per field and step, no allocation.
         self.step_rewards = np.zeros(rows, np.float32)
         self.step_dones = np.zeros(rows, bool)
@@ -137,7 +137,7 @@ class Split:
             arr[at] = self.carry_obs[k]
         self.rnn[at] = self.carry_rnn
         # every step active until an agent's info says otherwise (`_ended`)
-        self.active[self.buffer.at(self.at_rows, slice(None))] = 1
+        self.inactive[self.buffer.at(self.at_rows, slice(None))] = 0
         self.t = 0
 
     def finish(self) -> list[int]:
@@ -163,7 +163,7 @@ class Split:
             self._report(a, infos)
             for j, info in enumerate(infos):
                 if not info.get("is_active", True):
-                    self.active[self.buffer.at(self.slots[a + j:a + j + 1], t1 - 1)] = 0
+                    self.inactive[self.buffer.at(self.slots[a + j:a + j + 1], t1 - 1)] = 1
         # forward_step never resets state: a new episode starts from zeros, overwriting the
         # state the inference worker already wrote at t+1.
         self.rnn[self.buffer.at(self.slots[self.step_dones], t1)] = 0.0

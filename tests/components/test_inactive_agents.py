@@ -46,7 +46,7 @@ def test_inactive_steps_change_nothing_in_the_gradient() -> None:
     # only its step selection is used: no training state, run directory or log needed
     member = PopulationMember(0, None, {}, None, logging.getLogger(__name__), "learner")
     valids = member.valid_steps({"policies": policies, "versions": policies,
-                                 "active": active})[:, :t]
+                                 "inactive": 1 - active})[:, :t]
     assert valids.sum() == b * t - 4 - 2
     batch = {"obs": {"obs": torch.randn(b, t + 1, 3)}, "rnn_states": model.initial_state(b),
              "actions": torch.randint(0, 3, (b, t, 1)), "log_probs": torch.full((b, t), -1.1),
