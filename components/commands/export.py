@@ -4,8 +4,10 @@ The model maps observations (and the recurrent state) to the action distribution
 for any batch size. Inputs: one per observation key the model's encoder reads, in the env's key
 order, dtype and shape with a leading batch axis (e.g. uint8 ``obs`` ``[B, 3, 72, 128]`` for
 VizDoom, then ``measurements`` where the model reads it), then ``rnn_state`` float32 ``[B, S]``
-for a recurrent core (zeros at an episode's start; absent for ``core: none``). Outputs:
-``action_logits`` (the concatenated logits of the categorical heads, or the Gaussian mean),
+for a recurrent core (zeros at an episode's start; absent for ``core: none``). An env with an
+``action_mask`` observation has it as one more input after the encoder's keys (its dtype,
+``[B, n]``, > 0 = allowed). Outputs: ``action_logits`` (the concatenated logits of the categorical
+heads, masked ones at -1e9, or the Gaussian mean),
 ``log_std`` (Gaussian actions only), ``value`` ``[B]`` in return units, and ``rnn_state_out``
 (recurrent cores), to feed back with the next step.
 
@@ -35,6 +37,7 @@ from components.commands.enjoy import (
 )
 from components.commands.outputs import check_writable_file
 from components.envs import EnvSpec
+from components.envs.spec import ACTION_MASK_KEY
 from components.models.core import Core
 from components.models.policy import Policy
 from sfbus import BadInput, SfbusError
@@ -100,11 +103,12 @@ def _check_output(out: Path) -> Path:
 class OnnxPolicy(nn.Module):
     """The policy's step as one pure function, in float32, ready to trace."""
 
-    def __init__(self, policy: Policy, returns_normalizer: dict[str, Tensor] | None) -> None:
+    def __init__(self, policy: Policy, returns_normalizer: dict[str, Tensor] | None,
+                 masked: bool = False) -> None:
         super().__init__()
         self.model = copy.deepcopy(policy.model).float().eval()
         self.model.encoder.precision = "float32"
-        self.keys = list(self.model.encoder.keys)
+        self.keys = [*self.model.encoder.keys, *([ACTION_MASK_KEY] if masked else [])]
         self.clip: dict[str, float] = {}
         for key, stats in policy.obs_normalizer.stats.items():
             # x * scale / std - mean / std, the normalizer's own arithmetic as two constants
@@ -129,7 +133,7 @@ class OnnxPolicy(nn.Module):
         recurrent = self.model.state_size > 0
         state = inputs[len(self.keys)] if recurrent else torch.zeros(inputs[0].shape[0], 0)
         core_out, new_state = self._core_step(self.model.encoder(obs), state)
-        dist = self.model.distribution(core_out)
+        dist = self.model.distribution(core_out, obs.get(ACTION_MASK_KEY))
         outputs = [dist.params if dist.is_categorical else dist.mean]
         if not dist.is_categorical:
             outputs.append(dist.log_std)
@@ -177,7 +181,8 @@ def export_onnx(policy: Policy, spec: EnvSpec, out: Path,
                 returns_normalizer: dict[str, Any] | None = None) -> tuple[list[str], list[str]]:
     """Write ``policy`` (of an env of ``spec``) to ``out`` as ONNX; returns its (input,
     output) names."""
-    module = OnnxPolicy(policy, returns_normalizer).eval()
+    module = OnnxPolicy(policy, returns_normalizer,
+                        masked=ACTION_MASK_KEY in spec.observation_space).eval()
     inputs, outputs = module.names()
     examples = []
     for key in module.keys:

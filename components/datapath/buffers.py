@@ -3,9 +3,10 @@
 Every rollout worker owns one trajectory buffer, ``<worker>.traj.<field>``, each field shaped
 ``[slots, T+1, ...]``: step ``t`` holds the observation and RNN state the action at ``t`` was
 computed from, that action, its log-probability and value, the reward and done that followed (and
-whether that done was a time limit's truncation rather than a termination), and the policy id and
-version that acted. Step ``T`` holds the observation (and state) after the last
-action, for bootstrapping; it is also copied into step 0 of the worker's next slot.
+whether that done was a time limit's truncation rather than a termination), the policy id and
+version that acted, and whether the agent was inactive (did not act). Step ``T`` holds the
+observation (and state) after the last action, for bootstrapping; it is also copied into step 0
+of the worker's next slot.
 
 With ``sampling: batched`` the fields are shaped ``[blocks, T+1, rows, ...]`` instead (a block is
 the ``rows_per_split`` slots one split fills, see :mod:`components.sampling.batched_layout`): slot
@@ -36,7 +37,7 @@ from sfbus import ActorContext, ArraySpec, SlotPool
 Index = int | slice | np.ndarray
 """Slots or steps of a trajectory buffer: one, a range, or an integer array."""
 STEP_FIELDS = ("rnn", "actions", "log_probs", "action_params", "values", "rewards", "dones",
-               "time_outs", "versions", "policies")
+               "time_outs", "versions", "policies", "inactive")
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class TrajectoryLayout:
             "time_outs": (steps, "uint8"),  # the done was a truncation (value_bootstrap)
             "versions": (steps, "int64"),
             "policies": (steps, "int64"),
+            # 1: the agent did not act at this step (a multi-agent env's `is_active` False),
+            # masked out of the loss as a step of another policy; 0 (the buffer's zeros) acted
+            "inactive": (steps, "uint8"),
         })
         return fields
 

@@ -117,15 +117,22 @@ def _check_gym(env: Any, name: str) -> None:
     _check_gym_obs(name, "step()", space, obs)
 
 
-def _check_gym_obs(name: str, what: str, space: Any, obs: Any) -> None:
-    """An observation of a space the adapter takes (Box, Discrete) against that space."""
+def _check_gym_obs(name: str, what: str, space: Any, obs: Any, key: str = "obs") -> None:
+    """An observation of a space the adapter takes (Box, Discrete, MultiBinary, a Dict of them)
+    against that space; ``key`` names it in the error."""
     from gymnasium import spaces
 
     def refuse(got: str, expected: str) -> EnvSpecError:
-        return EnvSpecError(f"env {name!r}: {what} returned observation 'obs' with {got}, "
+        return EnvSpecError(f"env {name!r}: {what} returned observation {key!r} with {got}, "
                             f"but its observation_space declares {expected}")
 
-    if isinstance(space, spaces.Box):
+    if isinstance(space, spaces.Dict):
+        if not isinstance(obs, dict) or set(obs) != set(space.spaces):
+            got = f"keys {sorted(obs)}" if isinstance(obs, dict) else f"a {type(obs).__qualname__}"
+            raise refuse(got, f"a dict of keys {sorted(space.spaces)}")
+        for sub_key, sub_space in space.spaces.items():
+            _check_gym_obs(name, what, sub_space, obs[sub_key], sub_key)
+    elif isinstance(space, spaces.Box | spaces.MultiBinary):
         if not isinstance(obs, np.ndarray):
             raise refuse(f"a {type(obs).__qualname__}",
                          f"a numpy array {space.dtype} {list(space.shape)}")

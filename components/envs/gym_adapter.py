@@ -1,9 +1,11 @@
 """Any registered gymnasium env as a one-agent `MultiAgentEnv`.
 
 Observation: a Box becomes field `obs` (uint8 kept for images, anything else as float32); a
-Discrete observation becomes a float32 one-hot. Actions: Discrete -> one head, MultiDiscrete ->
-one head per entry (`start` offsets are added back), Box -> `action_box` (float32, passed through
-unclipped: clipping to the bounds is the env's or the model's business).
+Discrete observation becomes a float32 one-hot, a MultiBinary a float32 vector. A Dict of those
+becomes one field per key (e.g. `obs` and an `action_mask`, see `components.envs.spec`).
+Actions: Discrete -> one head, MultiDiscrete -> one head per entry (`start` offsets are added
+back), Box -> `action_box` (float32, passed through unclipped: clipping to the bounds is the
+env's or the model's business).
 """
 
 from __future__ import annotations
@@ -31,13 +33,19 @@ class GymEnv(MultiAgentEnv):
     def __init__(self, env: gym.Env, seed: int | None = None) -> None:
         self.env = env
         self._seed = seed
-        self._obs_field, self._one_hot = _obs_field(env.observation_space)
+        self._fields = _obs_fields(env.observation_space)
+        """Field name -> (field, whether it is a Discrete one-hot)."""
+        self._is_dict = isinstance(env.observation_space, spaces.Dict)
         heads, box = _action_space(env.action_space)
         space = env.action_space
         self._kind = type(space).__name__  # "Discrete", "MultiDiscrete" or "Box"
         self._start = np.asarray(getattr(space, "start", 0))
         self._shape = space.shape
-        self._spec = EnvSpec({"obs": self._obs_field}, action_heads=heads, action_box=box)
+        try:
+            self._spec = EnvSpec({k: f for k, (f, _) in self._fields.items()},
+                                 action_heads=heads, action_box=box)
+        except ValueError as error:  # e.g. an action mask that does not fit the action space
+            raise TypeError(str(error)) from None
         self._stats = EpisodeStats(1, 1)
 
     @property
@@ -77,21 +85,36 @@ class GymEnv(MultiAgentEnv):
         return a.astype(np.float32, copy=False)
 
     def _write(self, obs: Any, obs_out: ObsDict) -> None:
-        row = obs_out["obs"][0]
-        if self._one_hot:
-            row[:] = 0.0
-            row[int(obs)] = 1.0
-        else:
-            np.copyto(row, obs, casting="unsafe")
+        if not self._is_dict:
+            obs = {"obs": obs}
+        for key, (_, one_hot) in self._fields.items():
+            row = obs_out[key][0]
+            if one_hot:
+                row[:] = 0.0
+                row[int(obs[key])] = 1.0
+            else:
+                np.copyto(row, obs[key], casting="unsafe")
+
+
+def _obs_fields(space: spaces.Space) -> dict[str, tuple[ObsField, bool]]:
+    """The fields of an observation space: ``obs``, or one per key of a Dict."""
+    if isinstance(space, spaces.Dict):
+        if not space.spaces:
+            raise TypeError("an empty gymnasium Dict observation space")
+        return {str(key): _obs_field(sub) for key, sub in space.spaces.items()}
+    return {"obs": _obs_field(space)}
 
 
 def _obs_field(space: spaces.Space) -> tuple[ObsField, bool]:
+    if isinstance(space, spaces.MultiBinary) and len(space.shape) == 1:
+        return ObsField(tuple(space.shape), "float32"), False
     if isinstance(space, spaces.Box):
         dtype = "uint8" if space.dtype == np.uint8 else "float32"
         return ObsField(tuple(space.shape), dtype), False
     if isinstance(space, spaces.Discrete):
         return ObsField((int(space.n),), "float32"), True
-    raise TypeError(f"unsupported gymnasium observation space {space}; use Box or Discrete")
+    raise TypeError(f"unsupported gymnasium observation space {space}; use Box, Discrete, "
+                    "MultiBinary or a Dict of them")
 
 
 def _action_space(space: spaces.Space) -> tuple[tuple[int, ...], ActionBox | None]:

@@ -6,6 +6,10 @@ Conventions (Sample Factory's):
   `[num_agents, *field.shape]`. Images are channels-first uint8 (`obs: (3, 72, 128)`).
 - Actions are one array per env: `int64 [num_agents, num_heads]` (one categorical per head) or
   `float32 [num_agents, *action_box.shape]` (a Gaussian per dimension).
+- An observation key `action_mask` (one entry per categorical action, the heads' entries
+  concatenated; bool, int or float, > 0 = allowed) masks the actions of that step, as in Sample
+  Factory 2.x: masked actions are never sampled and their probability is 0 in the loss. The
+  built-in encoders do not read it.
 - An episode that ends is reset at once inside `step`: the observation returned for that agent is
   the first one of the next episode, and that agent's info carries the finished episode's
   `episode_return`, `episode_length` (env steps) and `episode_frames` (engine frames).
@@ -23,6 +27,8 @@ import numpy as np
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
+ACTION_MASK_KEY = "action_mask"
+"""The observation key of an action mask (see the module's docstring)."""
 ObsDict = dict[str, np.ndarray]
 StepOutput = tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]
 
@@ -75,6 +81,11 @@ class EnvSpec:
     def __post_init__(self) -> None:
         if bool(self.action_heads) == (self.action_box is not None):
             raise ValueError("an EnvSpec needs exactly one of action_heads or action_box")
+        mask = self.observation_space.get(ACTION_MASK_KEY)
+        if mask is not None and mask.shape != (sum(self.action_heads),):
+            raise ValueError(f"observation '{ACTION_MASK_KEY}' has shape {list(mask.shape)}, "
+                             f"but the action heads {list(self.action_heads)} need "
+                             f"[{sum(self.action_heads)}] (one entry per categorical action)")
         if self.num_agents < 1 or self.frameskip < 1:
             raise ValueError("num_agents and frameskip must be >= 1")
         if not 0.0 < self.reward_scale < math.inf:

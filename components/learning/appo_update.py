@@ -74,7 +74,8 @@ class AppoUpdate:
         # encoder's compute dtype, so it has no cast of its own to make.
         image_dtype = t.policy.model.encoder.compute_dtype(t.device)
         obs = {k: stats[k].normalize(v, image_dtype) if k in stats else v for k, v in obs.items()}
-        valids = self.population.valid_steps(batch)  # another policy's steps feed V-trace only
+        # another policy's steps, and an inactive agent's, feed V-trace only
+        valids = self.population.valid_steps(batch)
         data = {"obs": obs, "rnn_states": batch["rnn"], "actions": batch["actions"],
                 "log_probs": batch["log_probs"], "action_params": batch["action_params"],
                 "values": batch["values"],

@@ -307,9 +307,10 @@ class Learner(Actor):
                                self.skipped_steps)
         if r["valid_fraction"] < 0.5:
             self._warn.warning("invalid", "%s: only %.0f%% of a batch's steps were valid (the rest "
-                               "lagged more than appo.max_policy_lag versions or belonged to "
-                               "another policy): learning slows; lower the lag (fewer "
-                               "num_batches_to_accumulate, a faster learner) or raise the limit",
+                               "lagged more than appo.max_policy_lag versions, belonged to "
+                               "another policy or to an inactive agent): learning slows; lower "
+                               "the lag (fewer num_batches_to_accumulate, a faster learner) or "
+                               "raise the limit",
                                self.name, 100 * r["valid_fraction"])
         self._m_samples.inc(r["samples"])
         for lag in r["trajectory_lags"]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from components.envs.spec import ACTION_MASK_KEY
 from components.models.config import ModelConfig
 from components.models.core import Core
 from components.models.distributions import ActionDistribution
@@ -99,11 +100,14 @@ class ActorCritic(nn.Module):
         """Zeros `[batch_size, state_size]`: the state at the start of an episode."""
         return torch.zeros(batch_size, self.state_size, device=device)
 
-    def distribution(self, core_out: Tensor) -> ActionDistribution:
-        """The action distribution for core outputs of any leading shape."""
+    def distribution(self, core_out: Tensor,
+                     action_mask: Tensor | None = None) -> ActionDistribution:
+        """The action distribution for core outputs of any leading shape, with the actions
+        ``action_mask`` (same leading shape) marks as not allowed masked out."""
         if self.action_heads is None:
             return self.actor(core_out)
-        return ActionDistribution(logits=self.actor(core_out), action_heads=self.action_heads)
+        return ActionDistribution(logits=self.actor(core_out), action_heads=self.action_heads,
+                                  action_mask=action_mask)
 
     def forward_step(
         self, obs: dict[str, Tensor], rnn_state: Tensor, deterministic: bool = False,
@@ -113,12 +117,15 @@ class ActorCritic(nn.Module):
         episode start (this never resets it). Actions are sampled from `generator`."""
         features = self.encoder(obs)
         core_out, new_state = self.core.step(features, rnn_state)
-        return self.act(core_out, new_state, deterministic, generator)
+        return self.act(core_out, new_state, deterministic, generator,
+                        obs.get(ACTION_MASK_KEY))
 
     def act(self, core_out: Tensor, new_state: Tensor, deterministic: bool = False,
-            generator: torch.Generator | None = None) -> StepOutput:
-        """The heads of one inference step: an action per row of `core_out [B, out]`."""
-        dist = self.distribution(core_out)
+            generator: torch.Generator | None = None,
+            action_mask: Tensor | None = None) -> StepOutput:
+        """The heads of one inference step: an action per row of `core_out [B, out]`, none of
+        those `action_mask [B, n]` masks."""
+        dist = self.distribution(core_out, action_mask)
         actions = dist.mode() if deterministic else dist.sample(generator)
         return StepOutput(
             actions=actions,
@@ -133,11 +140,12 @@ class ActorCritic(nn.Module):
     ) -> tuple[ActionDistribution, Tensor]:
         """BPTT over `[B, T, ...]` obs from `rnn_state [B, S]` (the state entering step 0):
         `dones[:, t]` = episode ended after step t, so the state entering t + 1 is multiplied by
-        `1 - dones[:, t]` (the last column is never used). Returns the distribution over
+        `1 - dones[:, t]` (the last column is never used); an `action_mask` in `obs` masks each
+        step's actions. Returns the distribution over
         `[B, T]` and values `[B, T]`."""
         batch, steps = dones.shape[:2]
         flat = {key: value.reshape(batch * steps, *value.shape[2:]) for key, value in obs.items()}
         features = self.encoder(flat).reshape(batch, steps, -1)
         core_out = self.core.sequence(features, rnn_state, dones)
         values = self.critic(core_out).squeeze(-1).float()
-        return self.distribution(core_out), values
+        return self.distribution(core_out, obs.get(ACTION_MASK_KEY)), values

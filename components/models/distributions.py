@@ -2,6 +2,12 @@
 
 Written with plain tensor ops instead of `torch.distributions` to skip argument validation on the
 hot path and to keep bf16 autocast working (log_softmax runs in float32 under autocast).
+
+Action masking (as Sample Factory 2.x's categorical distribution with an ``action_mask``): a
+masked action's logit is replaced by ``MASKED_LOGIT`` before the softmax, so its probability is
+exactly 0 (never sampled), the allowed actions' probabilities are renormalised among themselves,
+and no gradient reaches the raw logit it replaced. The masked logits are the distribution's
+:attr:`~ActionDistribution.params`, so the behaviour distribution rebuilt from them is masked too.
 """
 
 from __future__ import annotations
@@ -12,6 +18,9 @@ import torch
 from torch import Tensor
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+MASKED_LOGIT = -1e9
+"""A masked action's logit: finite (so ``0 * log p`` terms of entropy and KL stay 0, where -inf
+gives NaN), and far enough below any real logit that ``exp`` of it underflows to exactly 0."""
 
 
 class ActionDistribution:
@@ -25,11 +34,14 @@ class ActionDistribution:
         action_heads: tuple[int, ...] | None = None,
         mean: Tensor | None = None,
         log_std: Tensor | None = None,
+        action_mask: Tensor | None = None,
     ) -> None:
         self.action_heads = action_heads
         if logits is not None:
             if action_heads is None or logits.shape[-1] != sum(action_heads):
                 raise ValueError(f"logits last dim {logits.shape[-1]} != sum of {action_heads}")
+            if action_mask is not None:
+                logits = mask_logits(logits, action_mask)
             self.is_categorical = True
             self.logits = logits
             self.log_probs = [
@@ -40,6 +52,8 @@ class ActionDistribution:
             self.is_categorical = False
             self.mean = mean.float()
             self.log_std = log_std.float().expand_as(self.mean)
+            if action_mask is not None:
+                raise ValueError("an action mask needs categorical actions")
         else:
             raise ValueError("give either logits and action_heads, or mean and log_std")
 
@@ -130,3 +144,12 @@ class ActionDistribution:
         var_ratio = torch.exp(2 * (self.log_std - other.log_std))
         t = ((self.mean - other.mean) * torch.exp(-other.log_std)).pow(2)
         return (0.5 * (var_ratio + t - 1) - (self.log_std - other.log_std)).sum(-1)
+
+
+def mask_logits(logits: Tensor, action_mask: Tensor) -> Tensor:
+    """``logits`` with every action whose mask entry is not positive set to ``MASKED_LOGIT``
+    (``action_mask`` of any dtype, 1 / True = allowed, broadcast against ``logits``)."""
+    if action_mask.shape[-1] != logits.shape[-1]:
+        raise ValueError(f"action mask of width {action_mask.shape[-1]} for "
+                         f"{logits.shape[-1]} logits")
+    return logits.masked_fill(action_mask <= 0, MASKED_LOGIT)

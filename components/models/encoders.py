@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from components.envs.spec import ACTION_MASK_KEY
 from components.models.config import ModelConfig
 from components.models.precision import uses_bf16
 
@@ -182,13 +183,14 @@ class ObsEncoder(EncoderRunner):
     @staticmethod
     def _keys(obs_spec: dict[str, tuple[tuple[int, ...], str]],
               architecture: str) -> tuple[str, ...]:
-        """The keys ``architecture`` reads: every key (``auto``), ``obs`` (``simplified``) or
-        ``obs`` and ``measurements`` (``full``)."""
+        """The keys ``architecture`` reads: every key but ``action_mask`` (``auto``), ``obs``
+        (``simplified``) or ``obs`` and ``measurements`` (``full``)."""
         if architecture == "auto":
             if any("." in key for key in obs_spec):  # a module name cannot hold a dot
                 raise ValueError(f"observation keys {sorted(obs_spec)}: the built-in encoder "
                                  "needs keys without '.'")
-            return tuple(obs_spec)
+            # the action mask shapes the action distribution, it is not an input
+            return tuple(key for key in obs_spec if key != ACTION_MASK_KEY)
         wanted = ("obs",) if architecture == "simplified" else ("obs", "measurements")
         missing = [key for key in wanted if key not in obs_spec]
         if missing:

@@ -119,8 +119,10 @@ class PackedStep:
             layer.pack()
 
     def __call__(self, obs: Tensor, rnn_state: Tensor, deterministic: bool = False,
-                 generator: torch.Generator | None = None) -> StepOutput:
-        """One step for normalized float images ``obs [B, C, H, W]`` and ``rnn_state [B, S]``."""
+                 generator: torch.Generator | None = None,
+                 action_mask: Tensor | None = None) -> StepOutput:
+        """One step for normalized float images ``obs [B, C, H, W]`` and ``rnn_state [B, S]``,
+        none of the actions ``action_mask`` masks chosen."""
         # Left in NCHW: oneDNN reorders the first conv's input itself, faster than a
         # channels-last copy here (~0.3 ms less at 8 rows)
         x = obs.to(torch.bfloat16)
@@ -131,7 +133,7 @@ class PackedStep:
             core_out, state = features.float(), rnn_state
         else:
             core_out = state = self._gru_step(features, rnn_state)
-        return self.model.act(core_out, state, deterministic, generator)
+        return self.model.act(core_out, state, deterministic, generator, action_mask)
 
     def _gru_step(self, x: Tensor, h: Tensor) -> Tensor:
         """``nn.GRU``'s cell (r, z, n gates; n = tanh(W_in x + r * (W_hn h))), all float32."""

@@ -12,6 +12,7 @@ from components.datapath.buffers import PolicyWeights
 from components.datapath.settings import DataPathParams
 from components.envs import EnvSpec, env_spec
 from components.envs.action_bounds import ActionMap
+from components.envs.spec import ACTION_MASK_KEY
 from components.models import ActorCritic, StepOutput
 from components.models.packed import PackedStep, packable
 
@@ -27,7 +28,10 @@ class Policy(nn.Module):
             ActionMap(spec, params.model.action_bounds)
         obs_spec = {k: (f.shape, f.dtype) for k, f in spec.observation_space.items()}
         # normalize_input off means no normalization at all (not even clipping)
-        self.obs_normalizer = ObsNormalizer(obs_spec if params.model.normalize_input else {})
+        # the action mask is read as it is (> 0 = allowed), never normalized
+        self.obs_normalizer = ObsNormalizer(
+            {k: v for k, v in obs_spec.items() if k != ACTION_MASK_KEY}
+            if params.model.normalize_input else {})
         self.model = ActorCritic(
             obs_spec,
             action_heads=spec.action_heads or None,
@@ -96,7 +100,8 @@ class Policy(nn.Module):
               deterministic: bool, generator: torch.Generator | None) -> StepOutput:
         normalized = self.obs_normalizer(obs)
         if self.packed is not None:
-            return self.packed(normalized["obs"], rnn_state, deterministic, generator)
+            return self.packed(normalized["obs"], rnn_state, deterministic, generator,
+                               normalized.get(ACTION_MASK_KEY))
         return self.model.forward_step(normalized, rnn_state, deterministic, generator)
 
     def published_tensors(self) -> list[torch.Tensor]:

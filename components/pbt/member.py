@@ -107,11 +107,16 @@ class PopulationMember:
     # ----- which steps to train on -----------------------------------------------------------
 
     def valid_steps(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Steps to train on: acted by this policy, with weights no older than ``min_version``.
+        """Steps to train on: acted by this policy, by an active agent (not the buffer's
+        ``inactive``: a multi-agent env's ``is_active``), with weights no older than
+        ``min_version``.
 
-        Another policy's steps (a trajectory where the agent switched policy) only feed V-trace.
+        Another policy's steps (a trajectory where the agent switched policy) and an inactive
+        agent's steps only feed V-trace.
         """
         valid = batch["policies"] == self.policy
+        if "inactive" in batch:
+            valid &= batch["inactive"] == 0
         if self.min_version:
             valid &= batch["versions"] >= self.min_version
         return valid

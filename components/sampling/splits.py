@@ -99,6 +99,7 @@ class Split:
         self.rewards, self.dones = fields["rewards"], fields["dones"]
         self.time_outs = fields["time_outs"]
         self.step_policies = fields["policies"]
+        self.inactive = fields["inactive"]
         # Preallocated staging: one write per field and step, no allocation.
         self.step_rewards = np.zeros(rows, np.float32)
         self.step_dones = np.zeros(rows, bool)
@@ -135,6 +136,8 @@ class Split:
         for k, arr in self.obs_items:
             arr[at] = self.carry_obs[k]
         self.rnn[at] = self.carry_rnn
+        # every step active until an agent's info says otherwise (`_ended`)
+        self.inactive[self.buffer.at(self.at_rows, slice(None))] = 0
         self.t = 0
 
     def finish(self) -> list[int]:
@@ -153,9 +156,14 @@ class Split:
         self.step_policies[self.buffer.at(self.at_rows, slice(None))] = self.policies[:, None]
 
     def _ended(self, ended: Ended, t1: int) -> None:
-        """Report the episodes of the envs that are done; zero their rows' state at ``t1``."""
+        """Report the episodes of the envs that are done; zero their rows' state at ``t1``;
+        mark the step of an agent whose info says it did not act (``is_active`` False) inactive.
+        (A multi-agent env reports an inactive agent as terminated, so its env is here.)"""
         for a, infos in ended:
             self._report(a, infos)
+            for j, info in enumerate(infos):
+                if not info.get("is_active", True):
+                    self.inactive[self.buffer.at(self.slots[a + j:a + j + 1], t1 - 1)] = 1
         # forward_step never resets state: a new episode starts from zeros, overwriting the
         # state the inference worker already wrote at t+1.
         self.rnn[self.buffer.at(self.slots[self.step_dones], t1)] = 0.0

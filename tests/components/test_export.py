@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,6 +23,8 @@ IMAGE = EnvSpec({"obs": ObsField((3, 36, 48), "uint8"), "measurements": ObsField
                 action_heads=(3, 2))
 VECTOR = EnvSpec({"obs": ObsField((6,), "float32")},
                  action_box=ActionBox((-1.0,) * 2, (1.0,) * 2, (2,)))
+MASKED = EnvSpec({"obs": ObsField((6,), "float32"), "action_mask": ObsField((5,), "int8")},
+                 action_heads=(3, 2))
 
 
 def trained_policy(spec: EnvSpec, model: ModelConfig) -> Policy:
@@ -32,6 +35,8 @@ def trained_policy(spec: EnvSpec, model: ModelConfig) -> Policy:
         for param in policy.model.parameters():
             param.add_(torch.randn_like(param) * 0.05)
         for key, field in spec.observation_space.items():
+            if key not in policy.obs_normalizer.stats:  # the action mask is not normalized
+                continue
             sample = (torch.randint(0, 256, (64, *field.shape), dtype=torch.uint8)
                       if field.dtype == "uint8" else torch.randn(64, *field.shape) * 3 + 2)
             policy.obs_normalizer.stats[key].update(sample)
@@ -39,6 +44,11 @@ def trained_policy(spec: EnvSpec, model: ModelConfig) -> Policy:
 
 
 def random_obs(spec: EnvSpec, batch: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    if "action_mask" in spec.observation_space:
+        mask = torch.randint(0, 2, (batch, 5), dtype=torch.int8, generator=gen)
+        mask[:, 0] = mask[:, 3] = 1
+        return {**random_obs(replace(spec, observation_space={"obs": ObsField((6,), "float32")}),
+                             batch, gen), "action_mask": mask}
     return {key: torch.randint(0, 256, (batch, *f.shape), dtype=torch.uint8, generator=gen)
             if f.dtype == "uint8" else torch.randn(batch, *f.shape, generator=gen) * 3 + 2
             for key, f in spec.observation_space.items()}
@@ -49,7 +59,8 @@ def random_obs(spec: EnvSpec, batch: int, gen: torch.Generator) -> dict[str, tor
                         measurements_hidden=(8,), precision="float32")),
     (VECTOR, ModelConfig(core="none", mlp_layers=(32, 32))),
     (VECTOR, ModelConfig(core="lstm", core_size=8, mlp_layers=(16,))),
-], ids=["conv_gru_full", "mlp_gaussian", "mlp_lstm"])
+    (MASKED, ModelConfig(core="gru", core_size=8, mlp_layers=(16,))),
+], ids=["conv_gru_full", "mlp_gaussian", "mlp_lstm", "mlp_masked"])
 def test_onnx_outputs_equal_the_torch_policy(tmp_path: Path, spec: EnvSpec,
                                              model: ModelConfig) -> None:
     policy = trained_policy(spec, model)
