@@ -20,7 +20,8 @@ class ModelConfig:
     `[C, H, W]` with a conv stack and vectors `[D]` with an MLP of `mlp_layers`, concatenated:
     `auto` takes `conv_simple` for images, `conv_simple` / `nature_cnn` name the conv stack
     (`nature_cnn` is the Atari encoder of Mnih et al. (2015), 32 8x8/4, 64 4x4/2, 64 3x3/1,
-    then FC `hidden`, for 84x84 frame stacks), `mlp` takes vectors only."""
+    then FC `hidden`, for 84x84 frame stacks), `resnet_impala` is Sample Factory's IMPALA
+    ResNet (16, 32, 32 channels, two residual blocks per stage), `mlp` takes vectors only."""
 
     hidden: int = 512
     """Width of the fully-connected layer after the conv stack (the encoder's output size)."""

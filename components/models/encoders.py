@@ -1,6 +1,6 @@
-"""Observation encoders: the paper's conv stack, the Nature CNN and a vector MLP as branches of
-the built-in multi-input encoder, and the runner that gives a user's encoder the same precision
-and input handling (the protocol is in docs/MODELS.md)."""
+"""Observation encoders: the paper's conv stack, the Nature CNN, the IMPALA ResNet and a vector
+MLP as branches of the built-in multi-input encoder, and the runner that gives a user's encoder
+the same precision and input handling (the protocol is in docs/MODELS.md)."""
 
 from __future__ import annotations
 
