@@ -1,5 +1,6 @@
 """CartPole learns with the recurrent and separate-weights models of Sample Factory's options
-(docs/MODELS.md): LSTM, two stacked LSTM layers, separate actor and critic with a decoder."""
+(docs/MODELS.md): LSTM, two stacked LSTM layers, separate actor and critic with a decoder,
+and a GRU trained through pieces shorter than the rollout (appo.recurrence)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ MODELS = {
     "lstm_2_layers": ["model.core=lstm", "model.core_size=64", "model.rnn_num_layers=2"],
     "separate_weights": ["model.core=lstm", "model.core_size=64", "model.decoder_mlp_layers=[64]",
                          "model.actor_critic_share_weights=false"],
+    # back-propagation through pieces of 8 of the 32-step rollout (305 at 40k frames here)
+    "gru_recurrence_8": ["model.core=gru", "model.core_size=32", "appo.recurrence=8"],
 }
 
 
