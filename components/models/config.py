@@ -18,10 +18,11 @@ class ModelConfig:
     """A built-in encoder or an import path `package.module:Class` to one of your own
     (docs/MODELS.md). The built-ins encode each observation key the `architecture` reads, images
     `[C, H, W]` with a conv stack and vectors `[D]` with an MLP of `mlp_layers`, concatenated:
-    `auto` takes `conv_simple` for images, `conv_simple` / `nature_cnn` name the conv stack
-    (`nature_cnn` is the Atari encoder of Mnih et al. (2015), 32 8x8/4, 64 4x4/2, 64 3x3/1,
-    then FC `hidden`, for 84x84 frame stacks), `resnet_impala` is Sample Factory's IMPALA
-    ResNet (16, 32, 32 channels, two residual blocks per stage), `mlp` takes vectors only."""
+    `auto` takes `conv_simple` for images, `conv_simple` / `nature_cnn` / `convnet_impala` name
+    the conv stack (`nature_cnn` is the Atari encoder of Mnih et al. (2015), 32 8x8/4, 64 4x4/2,
+    64 3x3/1, then FC `hidden`, for 84x84 frame stacks; `convnet_impala` IMPALA's shallow one,
+    16 8x8/4, 32 4x4/2), `resnet_impala` is Sample Factory's IMPALA ResNet (16, 32, 32
+    channels, two residual blocks per stage), `mlp` takes vectors only."""
 
     hidden: int = 512
     """Width of the fully-connected layer after the conv stack (the encoder's output size)."""

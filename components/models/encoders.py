@@ -11,12 +11,18 @@ from components.envs.spec import ACTION_MASK_KEY
 from components.models.config import ModelConfig
 from components.models.precision import uses_bf16
 
-# (out_channels, kernel, stride) of Sample Factory's `convnet_simple`, the "3-layer convolutional
-# head followed by a fully-connected layer" of supplement A.1.3.
-CONV_SIMPLE_FILTERS: tuple[tuple[int, int, int], ...] = ((32, 8, 4), (64, 4, 2), (128, 3, 2))
-# The DQN paper's encoder (Mnih et al. 2015, "Human-level control"), Sample Factory's
-# `convnet_atari`: on 84x84 inputs it leaves 64 maps of 7x7 for the FC layer.
-NATURE_CNN_FILTERS: tuple[tuple[int, int, int], ...] = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+CONV_STACKS: dict[str, tuple[tuple[int, int, int], ...]] = {
+    # Sample Factory's `convnet_simple`, the "3-layer convolutional head followed by a
+    # fully-connected layer" of supplement A.1.3
+    "conv_simple": ((32, 8, 4), (64, 4, 2), (128, 3, 2)),
+    # The DQN paper's encoder (Mnih et al. 2015, "Human-level control"), Sample Factory's
+    # `convnet_atari`: on 84x84 inputs it leaves 64 maps of 7x7 for the FC layer
+    "nature_cnn": ((32, 8, 4), (64, 4, 2), (64, 3, 1)),
+    # IMPALA's shallow network (Espeholt et al. 2018, Figure 3 left), Sample Factory's
+    # `convnet_impala`
+    "convnet_impala": ((16, 8, 4), (32, 4, 2)),
+}
+"""(out_channels, kernel, stride) of each layer of the named conv stacks."""
 # (channels, residual blocks) per stage of Sample Factory's `resnet_impala`, the IMPALA paper's
 # "deep" network (Espeholt et al. 2018, Figure 3): 16, 32, 32 channels, two blocks each.
 RESNET_IMPALA_STAGES: tuple[tuple[int, int], ...] = ((16, 2), (32, 2), (32, 2))
@@ -77,23 +83,15 @@ class ConvEncoder(nn.Module):
         return self.fc(torch.flatten(self.conv(x), 1))
 
 
-class ConvSimpleEncoder(ConvEncoder):
-    """3 conv layers (32 8x8/4, 64 4x4/2, 128 3x3/2) then one FC layer to `hidden` (the paper's;
-    the only encoder the packed CPU inference path runs)."""
+class StackEncoder(ConvEncoder):
+    """The conv stack ``CONV_STACKS[stack]``, then one FC layer to `hidden` (``conv_simple`` is
+    the paper's and the only one the packed CPU inference path runs)."""
 
-    def __init__(self, obs_shape: tuple[int, ...], cfg: ModelConfig) -> None:
-        super().__init__(obs_shape, cfg,
-                         conv_stack(obs_shape[0], CONV_SIMPLE_FILTERS, cfg.nonlinearity),
-                         f"{[f[1:] for f in CONV_SIMPLE_FILTERS]} (kernel, stride)")
-
-
-class NatureCnnEncoder(ConvEncoder):
-    """The Nature CNN: 32 8x8/4, 64 4x4/2, 64 3x3/1, then one FC layer to `hidden` (512)."""
-
-    def __init__(self, obs_shape: tuple[int, ...], cfg: ModelConfig) -> None:
-        super().__init__(obs_shape, cfg,
-                         conv_stack(obs_shape[0], NATURE_CNN_FILTERS, cfg.nonlinearity),
-                         f"{[f[1:] for f in NATURE_CNN_FILTERS]} (kernel, stride)")
+    def __init__(self, obs_shape: tuple[int, ...], cfg: ModelConfig, stack: str) -> None:
+        filters = CONV_STACKS[stack]
+        super().__init__(obs_shape, cfg, conv_stack(obs_shape[0], filters, cfg.nonlinearity),
+                         f"{stack} {[f[1:] for f in filters]} (kernel, stride)")
+        self.stack = stack
 
 
 class ResBlock(nn.Module):
@@ -186,8 +184,8 @@ class EncoderRunner(nn.Module):
 
 
 class ObsEncoder(EncoderRunner):
-    """The built-in encoder (``auto``, ``conv_simple``, ``nature_cnn``, ``resnet_impala``,
-    ``mlp``): each
+    """The built-in encoder (``auto``, ``conv_simple``, ``nature_cnn``, ``convnet_impala``,
+    ``resnet_impala``, ``mlp``): each
     observation key the architecture reads through its own branch, the features concatenated
     in the env's key order. An image ``[C, H, W]`` goes through the conv stack the name picks
     (``auto``: ``conv_simple``), a vector ``[D]`` through an MLP of ``mlp_layers`` (in ``full``,
@@ -197,9 +195,9 @@ class ObsEncoder(EncoderRunner):
     def __init__(self, obs_spec: dict[str, tuple[tuple[int, ...], str]], cfg: ModelConfig) -> None:
         super().__init__()
         self.keys = self._keys(obs_spec, cfg.architecture)
-        convs = {"conv_simple": ConvSimpleEncoder, "nature_cnn": NatureCnnEncoder,
-                 "resnet_impala": ResnetImpalaEncoder}
-        conv = convs.get(cfg.encoder, ConvSimpleEncoder)
+        stack = cfg.encoder if cfg.encoder in CONV_STACKS else "conv_simple"
+        conv = ResnetImpalaEncoder if cfg.encoder == "resnet_impala" else \
+            lambda shape, config: StackEncoder(shape, config, stack)
         branches: dict[str, nn.Module] = {}
         for key in self.keys:
             shape = tuple(obs_spec[key][0])

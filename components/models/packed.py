@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from components.models import precision
 from components.models.actor_critic import ActorCritic, StepOutput
 from components.models.core import GruCore, IdentityCore
-from components.models.encoders import ConvSimpleEncoder, ObsEncoder
+from components.models.encoders import ObsEncoder, StackEncoder
 
 _CPU = torch.device("cpu")
 # Rows the packed layouts are tuned for: a rollout split of the default run. Any row count works.
@@ -41,7 +41,7 @@ def packable(model: ActorCritic) -> bool:
     whose oneDNN has bfloat16 kernels."""
     encoder = model.encoder
     return (isinstance(encoder, ObsEncoder) and encoder.keys == ("obs",)
-            and isinstance(encoder.main, ConvSimpleEncoder)
+            and isinstance(encoder.main, StackEncoder) and encoder.main.stack == "conv_simple"
             and isinstance(model.core, GruCore | IdentityCore) and model.core.num_layers == 1
             and model.critic_encoder is None
             and precision.uses_bf16(encoder.precision, _CPU) and _mkldnn_ops_available()
@@ -99,7 +99,7 @@ class PackedStep:
                              "architecture) and a GRU or no core, on a CPU with oneDNN")
         self.model = model
         encoder = model.encoder.main
-        assert isinstance(encoder, ConvSimpleEncoder)
+        assert isinstance(encoder, StackEncoder)
         # (conv, its activation) pairs; each conv's input size from a probe through the stack
         self.convs: list[tuple[_PackedConv, nn.Module]] = []
         x = torch.zeros(_TUNED_ROWS, *encoder.obs_shape)

@@ -23,6 +23,7 @@ ENCODERS: dict[str, str] = {
     "auto": "components.models.encoders:ObsEncoder",
     "conv_simple": "components.models.encoders:ObsEncoder",
     "nature_cnn": "components.models.encoders:ObsEncoder",
+    "convnet_impala": "components.models.encoders:ObsEncoder",
     "mlp": "components.models.encoders:ObsEncoder",
     "resnet_impala": "components.models.encoders:ObsEncoder",
 }

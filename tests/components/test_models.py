@@ -293,11 +293,11 @@ def test_packed_step_matches_the_float32_step_and_follows_new_weights(
 
 
 def test_nature_cnn_on_an_atari_frame_stack() -> None:
-    from components.models.encoders import NatureCnnEncoder, ObsEncoder
+    from components.models.encoders import ObsEncoder, StackEncoder
 
     cfg = ModelConfig(encoder="nature_cnn", nonlinearity="relu", precision="float32")
     encoder = ObsEncoder({"obs": ((4, 84, 84), "uint8")}, cfg)
-    assert isinstance(encoder.main, NatureCnnEncoder)
+    assert isinstance(encoder.main, StackEncoder) and encoder.main.stack == "nature_cnn"
     convs = [m for m in encoder.main.conv if isinstance(m, torch.nn.Conv2d)]
     assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [
         (32, (8, 8), (4, 4)), (64, (4, 4), (2, 2)), (64, (3, 3), (1, 1))]
@@ -336,3 +336,15 @@ def test_packable_only_for_the_conv_encoder_with_a_gru_or_no_core(
 def test_a_layer_without_width_is_refused(change: dict) -> None:
     with pytest.raises(ValueError, match=r"must be >= 1, got"):
         ModelConfig(**change)
+
+
+def test_convnet_impala_is_impalas_shallow_stack() -> None:
+    from components.models.encoders import ObsEncoder
+
+    cfg = ModelConfig(encoder="convnet_impala", hidden=256, precision="float32")
+    encoder = ObsEncoder({"obs": ((3, 72, 128), "uint8")}, cfg)
+    convs = [m for m in encoder.main.conv if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels, c.kernel_size, c.stride) for c in convs] == [
+        (3, 16, (8, 8), (4, 4)), (16, 32, (4, 4), (2, 2))]
+    # 72x128 -> 17x31 -> 7x14 maps of 32 channels into the FC layer
+    assert encoder.main.fc[0].in_features == 32 * 7 * 14 and encoder.out_size == 256

@@ -234,7 +234,8 @@ PROBED = "error: topologies/appo.yaml:18:7: actor 'rollout': model."
 
 @pytest.mark.parametrize(("setting", "message"), [
     ("model.encoder=convsimple", f"{SET}encoder: encoder 'convsimple' is not a built-in encoder "
-                                 "(auto, conv_simple, nature_cnn, mlp, resnet_impala) nor an "
+                                 "(auto, conv_simple, nature_cnn, convnet_impala, mlp, "
+                                 "resnet_impala) nor an "
                                  "import path 'package.module:Class'; did you mean "
                                  "'conv_simple'?"),
     ("model.encoder=nosuchpkg.nets:Enc", f"{SET}encoder: encoder 'nosuchpkg.nets:Enc': no module "
