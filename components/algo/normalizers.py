@@ -165,6 +165,7 @@ class ObsNormalizer(nn.Module):
     """Normalizes every entry of an observation dict: float entries by their running statistics,
     uint8 images per pixel after scaling to [0, 1] (into float32; Sample Factory's eps 1e-5).
 
+    ``keys`` (``normalize_input_keys``) limits the running statistics to those keys.
     ``running`` off (``normalize_input: false``): no statistics, entries pass unchanged, except
     the key ``obs`` under ``obs_subtract_mean`` / ``obs_scale`` (Sample Factory's, applied to
     ``obs`` as there): ``(x - subtract_mean) / scale``. With ``running`` on, ``obs_scale``
@@ -175,12 +176,17 @@ class ObsNormalizer(nn.Module):
     """Variance floor of an image pixel in [0, 1] units: a pixel that never changes maps to 0."""
 
     def __init__(self, obs_spec: dict[str, tuple[tuple[int, ...], str]], clip: float = 5.0,
-                 running: bool = True, subtract_mean: float = 0.0, scale: float = 1.0) -> None:
+                 running: bool = True, subtract_mean: float = 0.0, scale: float = 1.0,
+                 keys: tuple[str, ...] = ()) -> None:
         super().__init__()
+        unknown = sorted(set(keys) - set(obs_spec))
+        if unknown:
+            raise ValueError(f"normalize_input_keys {unknown}: no such observation key; the "
+                             f"env has {sorted(obs_spec)}")
         stats: dict[str, RunningMeanStd] = {}
         for key, (shape, dtype) in obs_spec.items():
             affine = key == "obs" and (subtract_mean != 0.0 or scale != 1.0)
-            if running:
+            if running and (not keys or key in keys):
                 image = dtype == "uint8"
                 factor = 1.0 / scale if affine else 1.0 / 255.0 if image else 1.0
                 stats[key] = RunningMeanStd(tuple(shape), clip=clip,

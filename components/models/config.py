@@ -78,6 +78,11 @@ class ModelConfig:
     (vectors; uint8 images per pixel, Sample Factory's `normalize_input`) *outside* the model.
     Raw uint8 images that reach the model are scaled by 1/255 inside it."""
 
+    normalize_input_keys: tuple[str, ...] = ()
+    """The observation keys `normalize_input` keeps running statistics of (Sample Factory's
+    `normalize_input_keys`); empty: every key. The others reach the model as they are (uint8
+    images divided by 255)."""
+
     obs_subtract_mean: float = 0.0
     """Subtracted from the raw `obs` key before anything else (Sample Factory's
     `obs_subtract_mean`, e.g. 128 for 8-bit images). Only without `normalize_input`: running

@@ -32,7 +32,8 @@ class Policy(nn.Module):
         cfg = params.model
         self.obs_normalizer = ObsNormalizer(
             {k: v for k, v in obs_spec.items() if k != ACTION_MASK_KEY},
-            running=cfg.normalize_input, subtract_mean=cfg.obs_subtract_mean, scale=cfg.obs_scale)
+            running=cfg.normalize_input, subtract_mean=cfg.obs_subtract_mean, scale=cfg.obs_scale,
+            keys=cfg.normalize_input_keys)
         self.model = ActorCritic(
             obs_spec,
             action_heads=spec.action_heads or None,

@@ -151,3 +151,17 @@ def test_images_normalize_into_bfloat16_as_float32_values_rounded(frames):
     expected = ((batch.double() / 255 - stats.mean) / std).clamp(-5, 5).float()
     # float32 rounding of offset + x * scale, whose terms reach hundreds for low-variance pixels
     torch.testing.assert_close(out32, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_normalize_input_keys_limit_the_running_statistics():
+    spec = {"obs": ((3, 4, 4), "uint8"), "measurements": ((2,), "float32"),
+            "goal": ((2,), "float32")}
+    normalizer = ObsNormalizer(spec, keys=("measurements",))
+    assert set(normalizer.stats) == {"measurements"}
+    obs = {"obs": torch.full((5, 3, 4, 4), 7, dtype=torch.uint8),
+           "measurements": torch.randn(5, 2) * 10 + 3, "goal": torch.randn(5, 2) * 10 + 3}
+    out = normalizer.eval()(obs)
+    assert torch.equal(out["goal"], obs["goal"]) and torch.equal(out["obs"], obs["obs"])
+    assert ObsNormalizer(spec).stats.keys() == spec.keys()  # empty: every key
+    with pytest.raises(ValueError, match=r"normalize_input_keys \['gaol'\]"):
+        ObsNormalizer(spec, keys=("gaol",))
