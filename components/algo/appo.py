@@ -129,7 +129,8 @@ def appo_loss(
                     if cfg.exploration_loss == "symmetric_kl" else entropy_loss(entropy, valids))
     # KL(pi || mu) against the behaviour distribution: the penalty, and the figure the
     # KL-adaptive learning-rate schedules read
-    behaviour = ActionDistribution.from_params(step["action_params"].float(), model.action_heads)
+    behaviour = ActionDistribution.from_params(step["action_params"].float(), model.action_heads,
+                                               model.action_dim)
     kl_old = masked_mean(dist.kl(behaviour), valids)
     # total: L = L_pi + c_v L_V + c_H L_H (+ c_KL KL)
     loss = loss_pi + cfg.value_loss_coeff * loss_v + cfg.entropy_coeff * loss_explore

@@ -5,7 +5,8 @@ Discrete observation becomes a float32 one-hot, a MultiBinary a float32 vector. 
 becomes one field per key (e.g. `obs` and an `action_mask`, see `components.envs.spec`).
 Actions: Discrete -> one head, MultiDiscrete -> one head per entry (`start` offsets are added
 back), Box -> `action_box` (float32, passed through unclipped: clipping to the bounds is the
-env's or the model's business).
+env's or the model's business), a Tuple of Discrete spaces and one Box (in any order) -> a hybrid
+action, one head per Discrete and the Box (the env gets the tuple back in its own order).
 """
 
 from __future__ import annotations
@@ -38,9 +39,15 @@ class GymEnv(MultiAgentEnv):
         self._is_dict = isinstance(env.observation_space, spaces.Dict)
         heads, box = _action_space(env.action_space)
         space = env.action_space
-        self._kind = type(space).__name__  # "Discrete", "MultiDiscrete" or "Box"
+        self._kind = type(space).__name__  # "Discrete", "MultiDiscrete", "Box" or "Tuple"
         self._start = np.asarray(getattr(space, "start", 0))
         self._shape = space.shape
+        if isinstance(space, spaces.Tuple):
+            self._start = np.asarray([int(sub.start) for sub in space.spaces
+                                      if isinstance(sub, spaces.Discrete)])
+            self._box_at = next(i for i, sub in enumerate(space.spaces)
+                                if isinstance(sub, spaces.Box))
+            self._shape = space.spaces[self._box_at].shape
         try:
             self._spec = EnvSpec({k: f for k, (f, _) in self._fields.items()},
                                  action_heads=heads, action_box=box)
@@ -82,6 +89,11 @@ class GymEnv(MultiAgentEnv):
             return int(a[0]) + int(self._start)
         if self._kind == "MultiDiscrete":
             return (a.reshape(self._shape) + self._start).astype(np.int64)
+        if self._kind == "Tuple":  # the heads' whole numbers, then the Box (spec.py)
+            heads = len(self._start)
+            parts: list[Any] = [int(c) for c in a[:heads].astype(np.int64) + self._start]
+            parts.insert(self._box_at, a[heads:].reshape(self._shape).astype(np.float32))
+            return tuple(parts)
         return a.astype(np.float32, copy=False)
 
     def _write(self, obs: Any, obs_out: ObsDict) -> None:
@@ -126,8 +138,29 @@ def _action_space(space: spaces.Space) -> tuple[tuple[int, ...], ActionBox | Non
         box = ActionBox(tuple(float(x) for x in space.low.reshape(-1)),
                         tuple(float(x) for x in space.high.reshape(-1)), tuple(space.shape))
         return (), box
+    if type(space) is spaces.Tuple:
+        return _tuple_action_space(space)
     raise TypeError(f"unsupported gymnasium action space {space}; use Discrete, "
-                    "MultiDiscrete or Box")
+                    "MultiDiscrete, Box or a Tuple of Discrete spaces and one Box")
+
+
+def _tuple_action_space(space: spaces.Tuple) -> tuple[tuple[int, ...], ActionBox]:
+    """A hybrid action: the Tuple's Discrete spaces as heads (in order), its one Box."""
+    heads: list[int] = []
+    box = None
+    for i, sub in enumerate(space.spaces):
+        if type(sub) is spaces.Discrete:
+            heads.append(int(sub.n))
+        elif type(sub) is spaces.Box and box is None:
+            box = _action_space(sub)[1]
+        else:
+            what = "a second Box" if type(sub) is spaces.Box else str(sub)
+            raise TypeError(f"unsupported gymnasium action space {space}: item {i} is {what}; "
+                            "a Tuple action must be Discrete spaces and one Box")
+    if not heads or box is None:
+        raise TypeError(f"unsupported gymnasium action space {space}: a Tuple action must be "
+                        "at least one Discrete space and one Box")
+    return tuple(heads), box
 
 
 def make_gym_env(env_id: str, seed: int | None = None, **kwargs: Any) -> GymEnv:
