@@ -38,16 +38,7 @@ class GymEnv(MultiAgentEnv):
         """Field name -> (field, whether it is a Discrete one-hot)."""
         self._is_dict = isinstance(env.observation_space, spaces.Dict)
         heads, box = _action_space(env.action_space)
-        space = env.action_space
-        self._kind = type(space).__name__  # "Discrete", "MultiDiscrete", "Box" or "Tuple"
-        self._start = np.asarray(getattr(space, "start", 0))
-        self._shape = space.shape
-        if isinstance(space, spaces.Tuple):
-            self._start = np.asarray([int(sub.start) for sub in space.spaces
-                                      if isinstance(sub, spaces.Discrete)])
-            self._box_at = next(i for i, sub in enumerate(space.spaces)
-                                if isinstance(sub, spaces.Box))
-            self._shape = space.spaces[self._box_at].shape
+        self._action = GymAction(env.action_space)
         try:
             self._spec = EnvSpec({k: f for k, (f, _) in self._fields.items()},
                                  action_heads=heads, action_box=box)
@@ -84,18 +75,6 @@ class GymEnv(MultiAgentEnv):
         """Close the gym env."""
         self.env.close()
 
-    def _action(self, a: np.ndarray) -> Any:
-        if self._kind == "Discrete":
-            return int(a[0]) + int(self._start)
-        if self._kind == "MultiDiscrete":
-            return (a.reshape(self._shape) + self._start).astype(np.int64)
-        if self._kind == "Tuple":  # the heads' whole numbers, then the Box (spec.py)
-            heads = len(self._start)
-            parts: list[Any] = [int(c) for c in a[:heads].astype(np.int64) + self._start]
-            parts.insert(self._box_at, a[heads:].reshape(self._shape).astype(np.float32))
-            return tuple(parts)
-        return a.astype(np.float32, copy=False)
-
     def _write(self, obs: Any, obs_out: ObsDict) -> None:
         if not self._is_dict:
             obs = {"obs": obs}
@@ -106,6 +85,35 @@ class GymEnv(MultiAgentEnv):
                 row[int(obs[key])] = 1.0
             else:
                 np.copyto(row, obs[key], casting="unsafe")
+
+
+class GymAction:
+    """One agent's action row (spec.py's layout) -> the action of gymnasium ``space``, one of
+    those :func:`_action_space` accepts."""
+
+    def __init__(self, space: spaces.Space) -> None:
+        self.kind = type(space).__name__  # "Discrete", "MultiDiscrete", "Box" or "Tuple"
+        self.start = np.asarray(getattr(space, "start", 0))
+        self.shape = space.shape
+        if isinstance(space, spaces.Tuple):
+            self.start = np.asarray([int(sub.start) for sub in space.spaces
+                                     if isinstance(sub, spaces.Discrete)])
+            self.box_at = next(i for i, sub in enumerate(space.spaces)
+                               if isinstance(sub, spaces.Box))
+            self.shape = space.spaces[self.box_at].shape
+
+    def __call__(self, a: np.ndarray) -> Any:
+        """The gymnasium action of row ``a``."""
+        if self.kind == "Discrete":
+            return int(a[0]) + int(self.start)
+        if self.kind == "MultiDiscrete":
+            return (a.reshape(self.shape) + self.start).astype(np.int64)
+        if self.kind == "Tuple":  # the heads' whole numbers, then the Box (spec.py)
+            heads = len(self.start)
+            parts: list[Any] = [int(c) for c in a[:heads].astype(np.int64) + self.start]
+            parts.insert(self.box_at, a[heads:].reshape(self.shape).astype(np.float32))
+            return tuple(parts)
+        return a.astype(np.float32, copy=False)
 
 
 def _obs_fields(space: spaces.Space) -> dict[str, tuple[ObsField, bool]]:
