@@ -57,8 +57,6 @@ def appo_loss(
     num_steps = next(iter(obs.values())).shape[1] - 1
     step = {key: batch[key][:, :num_steps] for key in PER_STEP_KEYS if key in batch}
     rnn_state = batch["rnn_states"]
-    if rnn_state.dim() == 3:
-        rnn_state = rnn_state[:, 0]
     dones = step["dones"].float()
 
     # valid samples: the caller's mask, and a policy lag of at most max_policy_lag
@@ -71,9 +69,12 @@ def appo_loss(
         valids &= policy_lag <= cfg.max_policy_lag
 
     # forward pass over T + 1 steps; the extra step gives the bootstrap value V(x_T)
-    dist_all, values_all = model.forward_sequence(
-        obs, rnn_state, torch.nn.functional.pad(dones, (0, 1))
-    )
+    if rnn_state.dim() == 3 and 0 < cfg.recurrence < num_steps:
+        dist_all, values_all = _forward_in_pieces(model, obs, rnn_state, dones, cfg.recurrence)
+    else:
+        dist_all, values_all = model.forward_sequence(
+            obs, rnn_state[:, 0] if rnn_state.dim() == 3 else rnn_state,
+            torch.nn.functional.pad(dones, (0, 1)))
     dist = dist_all[:, :num_steps]
     values = values_all[:, :num_steps]
     log_prob_new = dist.log_prob(step["actions"])
@@ -173,3 +174,25 @@ def bootstrap_time_outs(rewards: Tensor, values: Tensor, dones: Tensor, time_out
     (the env was reset): V(x_t) stands in for it, as in Sample Factory (good where one step's
     reward is small beside the return). `values` in return space, `dones` float `[B, T]`."""
     return rewards + gamma * values * time_outs.to(values.dtype) * dones
+
+
+def _forward_in_pieces(model: ActorCritic, obs: dict[str, Tensor], rnn_states: Tensor,
+                       dones: Tensor, piece: int) -> tuple[ActionDistribution, Tensor]:
+    """``forward_sequence`` over ``[B, T + 1]`` steps as ``T / piece`` pieces of ``piece`` steps
+    plus the bootstrap step, each from the stored state entering its first step
+    (``rnn_states [B, T + 1, S]``, zeroed after an episode's end as the rollout worker does)."""
+    batch, num_steps = dones.shape
+    pieces = num_steps // piece
+    entering = rnn_states.clone()
+    entering[:, 1:] *= 1.0 - dones.unsqueeze(-1)  # the state entering t+1 after a done is 0
+    body = {k: v[:, :num_steps].reshape(batch * pieces, piece, *v.shape[2:])
+            for k, v in obs.items()}
+    dist_body, values_body = model.forward_sequence(
+        body, entering[:, :num_steps:piece].reshape(batch * pieces, -1),
+        dones.reshape(batch * pieces, piece))
+    last = {k: v[:, num_steps:] for k, v in obs.items()}
+    dist_last, values_last = model.forward_sequence(last, entering[:, num_steps],
+                                                    torch.zeros_like(dones[:, :1]))
+    params = torch.cat([dist_body.params.reshape(batch, num_steps, -1), dist_last.params], 1)
+    return (ActionDistribution.from_params(params, model.action_heads, model.action_dim),
+            torch.cat([values_body.reshape(batch, num_steps), values_last], dim=1))

@@ -27,7 +27,9 @@ class RunningMeanStd(nn.Module):
     (Chan et al.'s parallel form of Welford's algorithm).
 
     `scale` multiplies the inputs before anything else (1/255 for uint8 images, whose statistics
-    are then in [0, 1] units); integer inputs are normalized into float32.
+    are then in [0, 1] units); integer inputs are normalized into float32. A `frozen` one never
+    updates: a fixed affine map `x * scale - mean` (with var 1, eps 0) for `obs_subtract_mean` /
+    `obs_scale` without running normalization.
     """
 
     mean: Tensor
@@ -35,9 +37,11 @@ class RunningMeanStd(nn.Module):
     count: Tensor
 
     def __init__(
-        self, shape: tuple[int, ...] = (), clip: float = 5.0, eps: float = 1e-8, scale: float = 1.0
+        self, shape: tuple[int, ...] = (), clip: float = 5.0, eps: float = 1e-8, scale: float = 1.0,
+        frozen: bool = False,
     ) -> None:
         super().__init__()
+        self.frozen = frozen
         self.shape = tuple(shape)
         self.clip = clip
         self.eps = eps
@@ -50,7 +54,10 @@ class RunningMeanStd(nn.Module):
 
     @torch.no_grad()
     def update(self, x: Tensor) -> None:
-        """Merge the samples of `x [..., *shape]` into the running statistics."""
+        """Merge the samples of `x [..., *shape]` into the running statistics (none when
+        frozen)."""
+        if self.frozen:
+            return
         batch = x.detach().reshape(-1, *self.shape)
         if batch.dtype == torch.uint8:
             # Images: sums and sums of squares in float32, exact below 2^24 (hence at most
@@ -156,21 +163,34 @@ class ReturnsNormalizer(RunningMeanStd):
 
 class ObsNormalizer(nn.Module):
     """Normalizes every entry of an observation dict: float entries by their running statistics,
-    uint8 images per pixel after scaling to [0, 1] (into float32; Sample Factory's eps 1e-5)."""
+    uint8 images per pixel after scaling to [0, 1] (into float32; Sample Factory's eps 1e-5).
+
+    ``running`` off (``normalize_input: false``): no statistics, entries pass unchanged, except
+    the key ``obs`` under ``obs_subtract_mean`` / ``obs_scale`` (Sample Factory's, applied to
+    ``obs`` as there): ``(x - subtract_mean) / scale``. With ``running`` on, ``obs_scale``
+    replaces a uint8 image's 1/255 before the statistics (a constant shift they remove anyway).
+    """
 
     IMAGE_EPS = 1e-5
     """Variance floor of an image pixel in [0, 1] units: a pixel that never changes maps to 0."""
 
-    def __init__(self, obs_spec: dict[str, tuple[tuple[int, ...], str]], clip: float = 5.0) -> None:
+    def __init__(self, obs_spec: dict[str, tuple[tuple[int, ...], str]], clip: float = 5.0,
+                 running: bool = True, subtract_mean: float = 0.0, scale: float = 1.0) -> None:
         super().__init__()
-        self.stats = nn.ModuleDict(
-            {
-                key: RunningMeanStd(tuple(shape), clip=clip, eps=self.IMAGE_EPS, scale=1.0 / 255.0)
-                if dtype == "uint8"
-                else RunningMeanStd(tuple(shape), clip=clip)
-                for key, (shape, dtype) in obs_spec.items()
-            }
-        )
+        stats: dict[str, RunningMeanStd] = {}
+        for key, (shape, dtype) in obs_spec.items():
+            affine = key == "obs" and (subtract_mean != 0.0 or scale != 1.0)
+            if running:
+                image = dtype == "uint8"
+                factor = 1.0 / scale if affine else 1.0 / 255.0 if image else 1.0
+                stats[key] = RunningMeanStd(tuple(shape), clip=clip,
+                                            eps=self.IMAGE_EPS if image else 1e-8, scale=factor)
+            elif affine:
+                fixed = RunningMeanStd(tuple(shape), clip=float("inf"), eps=0.0,
+                                       scale=1.0 / scale, frozen=True)
+                fixed.mean.fill_(subtract_mean / scale)
+                stats[key] = fixed
+        self.stats = nn.ModuleDict(stats)
 
     def forward(self, obs: dict[str, Tensor]) -> dict[str, Tensor]:
         """A new dict with every entry normalized (stats updated first in training mode)."""

@@ -20,7 +20,8 @@ _RANGES = {
     "vtrace_c_bar": (0.0, math.inf, True), "ppo_clip_ratio": (0.0, math.inf, True),
     "ppo_clip_value": (0.0, math.inf, False), "entropy_coeff": (0.0, math.inf, False),
     "value_loss_coeff": (0.0, math.inf, False), "gae_lambda": (0.0, 1.0, False),
-    "max_policy_lag": (0, math.inf, False), "lr_schedule_kl_threshold": (0.0, math.inf, True),
+    "max_policy_lag": (0, math.inf, False), "recurrence": (0, math.inf, False),
+    "lr_schedule_kl_threshold": (0.0, math.inf, True),
     "lr_adaptive_min": (0.0, math.inf, True), "lr_adaptive_max": (0.0, math.inf, True),
     "reward_clip": (0.0, math.inf, True), "kl_loss_coeff": (0.0, math.inf, False),
 }
@@ -98,6 +99,11 @@ class AppoConfig:
     did not end there, so its return goes on (Sample Factory's `value_bootstrap`, off by default
     as there; the buffer's `time_outs` say which steps were cut). The done stays, so the
     recurrence still stops and the RNN state is reset."""
+    recurrence: int = 0
+    """Steps of back-propagation through time: the learner's forward pass runs each trajectory
+    in pieces of this many steps, each from the RNN state stored for its first step (Sample
+    Factory's `recurrence`; targets are still computed over whole trajectories); 0: the whole
+    rollout in one piece. Must divide the rollout."""
     max_policy_lag: int = 100
     """Samples whose policy lag (learner version - behavior version) exceeds this are masked out
     of every loss term (Sample Factory 1.x default 100; they still feed V-trace's recursion)."""

@@ -109,7 +109,8 @@ class OnnxPolicy(nn.Module):
                  masked: bool = False) -> None:
         super().__init__()
         self.model = copy.deepcopy(policy.model).float().eval()
-        self.model.encoder.precision = "float32"
+        for encoder in self.model.encoders():
+            encoder.precision = "float32"
         self.keys = [*self.model.encoder.keys, *([ACTION_MASK_KEY] if masked else [])]
         self.clip: dict[str, float] = {}
         for key, stats in policy.obs_normalizer.stats.items():
@@ -135,44 +136,20 @@ class OnnxPolicy(nn.Module):
             obs[key] = x
         recurrent = self.model.state_size > 0
         state = inputs[len(self.keys)] if recurrent else torch.zeros(inputs[0].shape[0], 0)
-        core_out, new_state = self._core_step(self.model.encoder(obs), state)
-        dist = self.model.distribution(core_out, obs.get(ACTION_MASK_KEY))
+        core_out, critic_core_out, new_state = self.model.core_step(obs, state, _cell_step)
+        actor_in, critic_in = self.model.head_inputs(core_out, critic_core_out)
+        dist = self.model.distribution(actor_in, obs.get(ACTION_MASK_KEY))
         if dist.is_categorical:
             outputs = [dist.params]
         elif isinstance(dist, HybridDistribution):
             outputs = [dist.logits, dist.mean, dist.log_std]
         else:
             outputs = [dist.mean, dist.log_std]
-        value = self.model.critic(core_out).squeeze(-1)
+        value = self.model.critic(critic_in).squeeze(-1)
         outputs.append(value * self.value_std + self.value_mean)
         if recurrent:
             outputs.append(new_state)
         return tuple(outputs)
-
-    def _core_step(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
-        """One step of the GRU / LSTM as its cell equations (torch's gate order): torch.export
-        cannot trace ``nn.GRU`` itself (it loops over a sequence), and a step needs no loop.
-        A user's core is traced through its own ``step``."""
-        if not isinstance(self.model.core, Core):
-            return self.model.core.step(x, state)
-        rnn = self.model.core.rnn
-        if rnn is None:
-            return x, state
-        gates_x = x @ rnn.weight_ih_l0.T + rnn.bias_ih_l0
-        if isinstance(rnn, nn.LSTM):
-            h, c = state.chunk(2, dim=1)
-            gates = gates_x + h @ rnn.weight_hh_l0.T + rnn.bias_hh_l0
-            i, f, g, o = gates.chunk(4, dim=1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(c)
-            return h, torch.cat([h, c], dim=1)
-        gates_h = state @ rnn.weight_hh_l0.T + rnn.bias_hh_l0
-        x_r, x_z, x_n = gates_x.chunk(3, dim=1)
-        h_r, h_z, h_n = gates_h.chunk(3, dim=1)
-        r, z = torch.sigmoid(x_r + h_r), torch.sigmoid(x_z + h_z)
-        n = torch.tanh(x_n + r * h_n)
-        h = (1 - z) * n + z * state
-        return h, h
 
     def names(self) -> tuple[list[str], list[str]]:
         """The ONNX model's input and output names, in order."""
@@ -183,6 +160,34 @@ class OnnxPolicy(nn.Module):
                    *(["log_std"] if self.model.action_dim is not None else []),
                    "value", *(["rnn_state_out"] if recurrent else [])]
         return inputs, outputs
+
+
+def _cell_step(core: nn.Module, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+    """One step of a built-in GRU / LSTM as its cell equations (torch's gate order), layer by
+    layer: torch.export cannot trace ``nn.GRU`` itself (it loops over a sequence), and a step
+    needs no loop. A user's core is traced through its own ``step``."""
+    if not isinstance(core, Core):
+        return core.step(x, state)
+    rnn = core.rnn
+    if rnn is None:
+        return x, state
+    lstm = isinstance(rnn, nn.LSTM)
+    layers = list((state.chunk(2, dim=1)[0] if lstm else state).chunk(core.num_layers, dim=1))
+    cells = list(state.chunk(2, dim=1)[1].chunk(core.num_layers, dim=1)) if lstm else []
+    for k in range(core.num_layers):
+        gates_x = x @ getattr(rnn, f"weight_ih_l{k}").T + getattr(rnn, f"bias_ih_l{k}")
+        gates_h = layers[k] @ getattr(rnn, f"weight_hh_l{k}").T + getattr(rnn, f"bias_hh_l{k}")
+        if lstm:
+            i, f, g, o = (gates_x + gates_h).chunk(4, dim=1)
+            cells[k] = torch.sigmoid(f) * cells[k] + torch.sigmoid(i) * torch.tanh(g)
+            layers[k] = torch.sigmoid(o) * torch.tanh(cells[k])
+        else:
+            x_r, x_z, x_n = gates_x.chunk(3, dim=1)
+            h_r, h_z, h_n = gates_h.chunk(3, dim=1)
+            r, z = torch.sigmoid(x_r + h_r), torch.sigmoid(x_z + h_z)
+            layers[k] = (1 - z) * torch.tanh(x_n + r * h_n) + z * layers[k]
+        x = layers[k]
+    return x, torch.cat(layers + cells, dim=1)
 
 
 def export_onnx(policy: Policy, spec: EnvSpec, out: Path,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from components.models import ModelConfig
-from components.models.registry import core_state_size
+from components.models.registry import model_state_size
 
 
 @dataclass(frozen=True)
@@ -67,4 +67,4 @@ class DataPathParams:
     @property
     def state_size(self) -> int:
         """Width of the flat RNN state (an LSTM keeps h and c), as the model's core says."""
-        return core_state_size(self.model)
+        return model_state_size(self.model)

@@ -19,11 +19,13 @@ from components.learning.appo_update import Batch
 class BatchCopy:
     """Copies batches out of the workers' trajectory buffers into tensors reused across
     batches: the field's first ``rollout`` steps (observations: ``rollout + 1``, step T
-    bootstraps), and the RNN state entering step 0 cut to ``state_size``."""
+    bootstraps), and the RNN state entering step 0 cut to ``state_size`` (``every_state``: the
+    states entering every step, ``[n, rollout + 1, state_size]``, for ``appo.recurrence``)."""
 
     def __init__(self, buffers: Sequence[TrajectoryBuffer], rollout: int, state_size: int,
-                 pin: bool) -> None:
-        self.sources = [_source_views(buffer, rollout, state_size) for buffer in buffers]
+                 pin: bool, every_state: bool = False) -> None:
+        self.sources = [_source_views(buffer, rollout, state_size, every_state)
+                        for buffer in buffers]
         """Per worker, what a batch copies of each field."""
         self.pin = pin
         """Allocate the copy in page-locked memory (a GPU learner: its upload then runs
@@ -52,8 +54,9 @@ class BatchCopy:
         return self._batch, groups
 
 
-def _source_views(buffer: TrajectoryBuffer, steps: int, state_size: int) -> dict[str, SlotSource]:
+def _source_views(buffer: TrajectoryBuffer, steps: int, state_size: int,
+                  every_state: bool) -> dict[str, SlotSource]:
     views = {f"obs.{k}": buffer.slot_source(f"obs.{k}", steps + 1) for k in buffer.obs_keys}
     views.update({f: buffer.slot_source(f, steps) for f in STEP_FIELDS if f != "rnn"})
-    views["rnn"] = buffer.slot_source("rnn", None, state_size)
+    views["rnn"] = buffer.slot_source("rnn", steps + 1 if every_state else None, state_size)
     return views

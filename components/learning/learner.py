@@ -126,6 +126,9 @@ class Learner(Actor):
             check_device(self.device)
             # Minibatches are whole trajectories: with fewer than one each, some would be empty
             # and every training step would fail at run time.
+            if self.appo.recurrence and self.rollout % self.appo.recurrence:
+                raise ValueError(f"appo.recurrence ({self.appo.recurrence}) must divide the "
+                                 f"rollout ({self.rollout})")
             if self.appo.num_batches_per_epoch > self.trajectories_per_batch:
                 raise ValueError(
                     f"appo.num_batches_per_epoch ({self.appo.num_batches_per_epoch}) exceeds the "
@@ -211,7 +214,8 @@ class Learner(Actor):
         data_path = self.context.records[DataPath]
         self.batches = BatchCopy(
             [TrajectoryBuffer(self.context, w, data_path.layout) for w in data_path.workers],
-            p.rollout, p.state_size, pin=self.training.device.type == "cuda")
+            p.rollout, p.state_size, pin=self.training.device.type == "cuda",
+            every_state=0 < p.appo.recurrence < p.rollout)
         self._slot_stages = LearnerSlots(self.context, data_path.workers, self.log)
         self.weights = PolicyWeights(self.context, p.policy)
         if self.context.run_dir is not None:

@@ -1,9 +1,10 @@
-"""The actor-critic network: encoder -> core (GRU | LSTM | none | a user's) -> actor and critic
-heads."""
+"""The actor-critic network: encoder -> core (GRU | LSTM | none | a user's) -> decoder MLP -> actor
+and critic heads; with separate weights, the critic has its own encoder, core and decoder."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -13,9 +14,18 @@ from components.envs.spec import ACTION_MASK_KEY
 from components.models.config import ModelConfig
 from components.models.core import Core
 from components.models.distributions import ActionDistribution, HybridDistribution
-from components.models.encoders import ObsEncoder
+from components.models.encoders import EncoderRunner, ObsEncoder, mlp
 from components.models.gaussian_head import GaussianHead
 from components.models.parts import build_core, build_encoder
+from components.models.registry import model_state_size
+
+CoreStep = Callable[[nn.Module, Tensor, Tensor], tuple[Tensor, Tensor]]
+"""Runs one step of a core: ``(core, x [B, in], state [B, S]) -> (out, new_state)``."""
+
+
+def _core_step(core: nn.Module, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+    """The core's own ``step``."""
+    return core.step(x, state)
 
 
 @dataclass(frozen=True)
@@ -56,18 +66,30 @@ class ActorCritic(nn.Module):
         # Built-in or the user's (docs/MODELS.md), by name or import path: the one door
         self.encoder = build_encoder(obs_spec, cfg)
         self.core = build_core(self.encoder.out_size, cfg)
-        self._state_size = type(self.core).state_size_for(cfg)
+        self.decoder = mlp(self.core.out_size, cfg.decoder_mlp_layers, cfg.nonlinearity)
+        # Separate weights: the critic's own encoder -> core -> decoder, its state after the
+        # actor's in the flat state (Sample Factory's ActorCriticSeparateWeights).
+        self.critic_encoder: EncoderRunner | None = None
+        self.critic_core: nn.Module | None = None
+        self.critic_decoder: nn.Module | None = None
+        if not cfg.actor_critic_share_weights:
+            self.critic_encoder = build_encoder(obs_spec, cfg)
+            self.critic_core = build_core(self.critic_encoder.out_size, cfg)
+            self.critic_decoder = mlp(self.core.out_size, cfg.decoder_mlp_layers,
+                                      cfg.nonlinearity)
+        self._state_size = model_state_size(cfg)
+        head_size = cfg.decoder_mlp_layers[-1] if cfg.decoder_mlp_layers else self.core.out_size
         # One fused Linear for all categorical heads: the same as one Linear per head (its rows
         # split per head), in one matmul.
         self.actor: nn.Linear | GaussianHead = (
-            nn.Linear(self.core.out_size, sum(self.action_heads))
+            nn.Linear(head_size, sum(self.action_heads))
             if self.action_heads is not None
-            else GaussianHead(self.core.out_size, action_dim, cfg))
-        self.critic = nn.Linear(self.core.out_size, 1)
+            else GaussianHead(head_size, action_dim, cfg))
+        self.critic = nn.Linear(head_size, 1)
         self._init_weights()
         # A hybrid action's Box: a Gaussian head beside the categorical one (it initialises
         # itself, as the Gaussian actor does)
-        self.actor_box = (GaussianHead(self.actor.in_features, action_dim, cfg)
+        self.actor_box = (GaussianHead(head_size, action_dim, cfg)
                           if self.action_heads is not None and action_dim is not None else None)
 
     def _init_weights(self) -> None:
@@ -77,23 +99,36 @@ class ActorCritic(nn.Module):
         # with per-pixel input normalization, where gain 1 learns (mean reward +38 at ~370k
         # frames): the small head scales the policy gradient reaching the core and encoder by 0.01.
         # A user's encoder and core keep their own initialization.
-        if isinstance(self.encoder, ObsEncoder):
-            for module in self.encoder.modules():
-                if isinstance(module, nn.Linear | nn.Conv2d):
-                    nn.init.orthogonal_(module.weight, gain=math.sqrt(2.0))
+        scheme = self.cfg.policy_initialization
+        if scheme == "torch_default":
+            # as Sample Factory: PyTorch's weights, zero biases (the RNN untouched)
+            for module in self.modules():
+                if isinstance(module, nn.Linear | nn.Conv2d) and module.bias is not None:
                     nn.init.zeros_(module.bias)
-        if isinstance(self.core, Core) and self.core.rnn is not None:
-            for name, param in self.core.rnn.named_parameters():
-                if name.startswith("weight"):
-                    nn.init.orthogonal_(param)
-                else:
-                    nn.init.zeros_(param)
+            if isinstance(self.actor, GaussianHead):
+                self.actor.reset_parameters()
+            return
+        init = nn.init.orthogonal_ if scheme == "orthogonal" else nn.init.xavier_uniform_
+        hidden = [self.decoder, self.critic_decoder,
+                  *(e for e in (self.encoder, self.critic_encoder) if isinstance(e, ObsEncoder))]
+        for part in hidden:
+            for module in part.modules() if part is not None else ():
+                if isinstance(module, nn.Linear | nn.Conv2d):
+                    init(module.weight, gain=math.sqrt(2.0))
+                    nn.init.zeros_(module.bias)
+        for core in (self.core, self.critic_core):
+            if isinstance(core, Core) and core.rnn is not None:
+                for name, param in core.rnn.named_parameters():
+                    if name.startswith("weight"):
+                        init(param)
+                    else:
+                        nn.init.zeros_(param)
         if isinstance(self.actor, GaussianHead):
             self.actor.reset_parameters()
         else:
-            nn.init.orthogonal_(self.actor.weight, gain=1.0)
+            init(self.actor.weight, gain=1.0)
             nn.init.zeros_(self.actor.bias)
-        nn.init.orthogonal_(self.critic.weight, gain=1.0)
+        init(self.critic.weight, gain=1.0)
         nn.init.zeros_(self.critic.bias)
 
     @property
@@ -122,22 +157,46 @@ class ActorCritic(nn.Module):
     ) -> StepOutput:
         """One inference step for `B` environments; `rnn_state` must already be zero at an
         episode start (this never resets it). Actions are sampled from `generator`."""
-        features = self.encoder(obs)
-        core_out, new_state = self.core.step(features, rnn_state)
+        core_out, critic_core_out, new_state = self.core_step(obs, rnn_state)
         return self.act(core_out, new_state, deterministic, generator,
-                        obs.get(ACTION_MASK_KEY))
+                        obs.get(ACTION_MASK_KEY), critic_core_out)
+
+    def core_step(self, obs: dict[str, Tensor], rnn_state: Tensor,
+                  step: CoreStep | None = None) -> tuple[Tensor, Tensor | None, Tensor]:
+        """Encoder and core of one step: (the actor's core output, the critic's or None when
+        they share weights, the new flat state). ``step(core, x, state)`` runs a core (default:
+        its ``step``; the ONNX export passes the cell equations)."""
+        step = step or _core_step
+        if self.critic_encoder is None:
+            out, state = step(self.core, self.encoder(obs), rnn_state)
+            return out, None, state
+        half = self.state_size // 2
+        out, state = step(self.core, self.encoder(obs), rnn_state[:, :half])
+        critic_out, critic_state = step(self.critic_core, self.critic_encoder(obs),
+                                        rnn_state[:, half:])
+        return out, critic_out, torch.cat([state, critic_state], dim=1)
+
+    def head_inputs(self, core_out: Tensor,
+                    critic_core_out: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The decoder(s) over core outputs of any leading shape: (actor's, critic's) input."""
+        features = self.decoder(core_out)
+        if critic_core_out is None or self.critic_decoder is None:
+            return features, features
+        return features, self.critic_decoder(critic_core_out)
 
     def act(self, core_out: Tensor, new_state: Tensor, deterministic: bool = False,
-            generator: torch.Generator | None = None,
-            action_mask: Tensor | None = None) -> StepOutput:
-        """The heads of one inference step: an action per row of `core_out [B, out]`, none of
-        those `action_mask [B, n]` masks."""
-        dist = self.distribution(core_out, action_mask)
+            generator: torch.Generator | None = None, action_mask: Tensor | None = None,
+            critic_core_out: Tensor | None = None) -> StepOutput:
+        """The decoder and heads of one inference step: an action per row of
+        `core_out [B, out]`, none of those `action_mask [B, n]` masks (and the critic's core
+        output with separate weights)."""
+        actor_in, critic_in = self.head_inputs(core_out, critic_core_out)
+        dist = self.distribution(actor_in, action_mask)
         actions = dist.mode() if deterministic else dist.sample(generator)
         return StepOutput(
             actions=actions,
             log_prob=dist.log_prob(actions),
-            value=self.critic(core_out).squeeze(-1).float(),
+            value=self.critic(critic_in).squeeze(-1).float(),
             rnn_state=new_state.float(),
             action_logits=dist.params,
         )
@@ -153,6 +212,18 @@ class ActorCritic(nn.Module):
         batch, steps = dones.shape[:2]
         flat = {key: value.reshape(batch * steps, *value.shape[2:]) for key, value in obs.items()}
         features = self.encoder(flat).reshape(batch, steps, -1)
-        core_out = self.core.sequence(features, rnn_state, dones)
-        values = self.critic(core_out).squeeze(-1).float()
-        return self.distribution(core_out, obs.get(ACTION_MASK_KEY)), values
+        if self.critic_encoder is None:
+            core_out, critic_core_out = self.core.sequence(features, rnn_state, dones), None
+        else:
+            half = self.state_size // 2
+            core_out = self.core.sequence(features, rnn_state[:, :half], dones)
+            critic_features = self.critic_encoder(flat).reshape(batch, steps, -1)
+            critic_core_out = self.critic_core.sequence(critic_features, rnn_state[:, half:],
+                                                        dones)
+        actor_in, critic_in = self.head_inputs(core_out, critic_core_out)
+        values = self.critic(critic_in).squeeze(-1).float()
+        return self.distribution(actor_in, obs.get(ACTION_MASK_KEY)), values
+
+    def encoders(self) -> list[EncoderRunner]:
+        """The encoder, and the critic's own with separate weights."""
+        return [e for e in (self.encoder, self.critic_encoder) if e is not None]

@@ -20,7 +20,8 @@ class ModelConfig:
     `[C, H, W]` with a conv stack and vectors `[D]` with an MLP of `mlp_layers`, concatenated:
     `auto` takes `conv_simple` for images, `conv_simple` / `nature_cnn` name the conv stack
     (`nature_cnn` is the Atari encoder of Mnih et al. (2015), 32 8x8/4, 64 4x4/2, 64 3x3/1,
-    then FC `hidden`, for 84x84 frame stacks), `mlp` takes vectors only."""
+    then FC `hidden`, for 84x84 frame stacks), `resnet_impala` is Sample Factory's IMPALA
+    ResNet (16, 32, 32 channels, two residual blocks per stage), `mlp` takes vectors only."""
 
     hidden: int = 512
     """Width of the fully-connected layer after the conv stack (the encoder's output size)."""
@@ -33,6 +34,26 @@ class ModelConfig:
 
     core_size: int = 512
     """Hidden size of the GRU/LSTM (an LSTM's flat state is `2 * core_size`: h then c)."""
+
+    rnn_num_layers: int = 1
+    """Stacked GRU / LSTM layers (Sample Factory's `rnn_num_layers`); the flat state grows to
+    `rnn_num_layers * core_size` (twice that for an LSTM: every layer's h, then every c)."""
+
+    decoder_mlp_layers: tuple[int, ...] = ()
+    """Layer widths of an MLP between the core and the heads (Sample Factory's
+    `decoder_mlp_layers`); empty: the heads read the core's output directly."""
+
+    actor_critic_share_weights: bool = True
+    """false: the actor and the critic each get their own encoder, core and decoder (Sample
+    Factory's `ActorCriticSeparateWeights`); the flat RNN state then holds the actor's state
+    followed by the critic's, twice the core's width."""
+
+    policy_initialization: Literal["orthogonal", "xavier_uniform", "torch_default"] = \
+        "orthogonal"
+    """Initial weights of the built-in encoders, cores and decoder (Sample Factory's
+    `policy_initialization`): `orthogonal` (gain sqrt(2) for the conv / MLP layers, 1 for the
+    RNN), `xavier_uniform` (same gains), `torch_default` (PyTorch's own init, biases too).
+    The heads are orthogonal with gain 1 under the first two."""
 
     architecture: Literal["auto", "simplified", "full"] = "auto"
     """Observation keys the built-in encoder reads. `auto`: every key (several keys make it the
@@ -55,6 +76,16 @@ class ModelConfig:
     """Recorded here for the caller: the learner updates `ObsNormalizer`'s running statistics
     (vectors; uint8 images per pixel, Sample Factory's `normalize_input`) *outside* the model.
     Raw uint8 images that reach the model are scaled by 1/255 inside it."""
+
+    obs_subtract_mean: float = 0.0
+    """Subtracted from the raw `obs` key before anything else (Sample Factory's
+    `obs_subtract_mean`, e.g. 128 for 8-bit images). Only without `normalize_input`: running
+    normalization removes any constant shift itself."""
+
+    obs_scale: float = 1.0
+    """The raw `obs` key is divided by it (after `obs_subtract_mean`; Sample Factory's
+    `obs_scale`, e.g. 255 or 128 for 8-bit images). For a uint8 image it replaces the built-in
+    1 / 255; with `normalize_input` the running statistics are kept of the scaled values."""
 
     precision: Precision = "auto"
     """Arithmetic of the observation encoder (the conv stack is most of the model's compute):
@@ -99,10 +130,17 @@ class ModelConfig:
             raise ValueError(f"architecture '{self.architecture}' chooses the keys of the "
                              f"built-in encoders; encoder '{self.encoder}' reads the keys it "
                              "wants: leave architecture at auto")
-        for name in ("hidden", "core_size"):
+        if not (math.isfinite(self.obs_scale) and self.obs_scale > 0):
+            raise ValueError(f"obs_scale must be > 0 and finite, got {self.obs_scale}")
+        if not math.isfinite(self.obs_subtract_mean):
+            raise ValueError(f"obs_subtract_mean must be finite, got {self.obs_subtract_mean}")
+        if self.obs_subtract_mean != 0 and self.normalize_input:
+            raise ValueError("obs_subtract_mean has no effect with normalize_input (the running "
+                             "mean removes any constant shift): set normalize_input: false")
+        for name in ("hidden", "core_size", "rnn_num_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("mlp_layers", "measurements_hidden"):
+        for name in ("mlp_layers", "measurements_hidden", "decoder_mlp_layers"):
             if any(width < 1 for width in getattr(self, name)):
                 raise ValueError(f"{name}: every layer width must be >= 1, got "
                                  f"{list(getattr(self, name))}")

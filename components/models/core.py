@@ -6,8 +6,10 @@ data path sizes its buffers before any model exists), `out_size`, `step` and `se
 
 State conventions (shared by `step` and `sequence`):
 
-- GRU: the state is `h`, `state_size == core_size`.
-- LSTM: the state is `cat([h, c], dim=1)`, `state_size == 2 * core_size`.
+- GRU of `L = rnn_num_layers` layers: the state is `cat([h_0, ..., h_{L-1}], dim=1)`,
+  `state_size == L * core_size`.
+- LSTM: the state is `cat([h_0, ..., h_{L-1}, c_0, ..., c_{L-1}], dim=1)`,
+  `state_size == 2 * L * core_size` (one layer: `[h, c]`).
 - none: the state is an empty `[B, 0]` tensor, `state_size == 0`.
 
 `step` never resets anything: whoever owns the episode (the rollout worker) writes zeros into the
@@ -28,8 +30,9 @@ from components.models.config import ModelConfig
 
 
 class Core(nn.Module):
-    """Single-layer GRU / LSTM (or identity) over encoder features: the built-in cores, each
-    registered by name (``gru``, ``lstm``, ``none``) as one of the subclasses below."""
+    """GRU / LSTM of ``rnn_num_layers`` stacked layers (or identity) over encoder features: the
+    built-in cores, each registered by name (``gru``, ``lstm``, ``none``) as one of the
+    subclasses below."""
 
     kind: ClassVar[str]
     """``gru``, ``lstm`` or ``none``."""
@@ -38,27 +41,38 @@ class Core(nn.Module):
         super().__init__()
         self.rnn: nn.GRU | nn.LSTM | None = None
         if self.kind == "gru":
-            self.rnn = nn.GRU(in_size, cfg.core_size, batch_first=True)
+            self.rnn = nn.GRU(in_size, cfg.core_size, cfg.rnn_num_layers, batch_first=True)
         elif self.kind == "lstm":
-            self.rnn = nn.LSTM(in_size, cfg.core_size, batch_first=True)
+            self.rnn = nn.LSTM(in_size, cfg.core_size, cfg.rnn_num_layers, batch_first=True)
         self.core_size = cfg.core_size
+        self.num_layers = cfg.rnn_num_layers
         self.out_size = cfg.core_size if self.rnn is not None else in_size
         self.state_size = self.state_size_for(cfg)
 
     @classmethod
     def state_size_for(cls, cfg: ModelConfig) -> int:
         """Width of the flat state for ``cfg`` (the data path sizes its buffers with it)."""
-        return {"gru": cfg.core_size, "lstm": 2 * cfg.core_size, "none": 0}[cls.kind]
+        layers = cfg.rnn_num_layers * cfg.core_size
+        return {"gru": layers, "lstm": 2 * layers, "none": 0}[cls.kind]
+
+    def _layers(self, flat: Tensor) -> Tensor:
+        """`[B, L * H]` (layer-major) -> torch's `[L, B, H]`."""
+        return flat.reshape(len(flat), self.num_layers, self.core_size).transpose(0, 1).contiguous()
+
+    @staticmethod
+    def _flat(layers: Tensor) -> Tensor:
+        """torch's `[L, B, H]` -> `[B, L * H]`."""
+        return layers.transpose(0, 1).reshape(layers.shape[1], -1)
 
     def _run(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
-        """Run the RNN over `x [B, L, H]` from the flat `state [B, S]`."""
+        """Run the RNN over `x [B, T, H]` from the flat `state [B, S]`."""
         assert self.rnn is not None
         if self.kind == "lstm":
-            h, c = state.unsqueeze(0).chunk(2, dim=2)
-            out, (h, c) = self.rnn(x, (h.contiguous(), c.contiguous()))
-            return out, torch.cat([h, c], dim=2).squeeze(0)
-        out, h = self.rnn(x, state.unsqueeze(0).contiguous())
-        return out, h.squeeze(0)
+            h, c = state.chunk(2, dim=1)
+            out, (h, c) = self.rnn(x, (self._layers(h), self._layers(c)))
+            return out, torch.cat([self._flat(h), self._flat(c)], dim=1)
+        out, h = self.rnn(x, self._layers(state))
+        return out, self._flat(h)
 
     def step(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """One step: features `[B, H]`, state `[B, S]` -> output `[B, out]`, new state `[B, S]`."""

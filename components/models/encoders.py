@@ -1,6 +1,6 @@
-"""Observation encoders: the paper's conv stack, the Nature CNN and a vector MLP as branches of
-the built-in multi-input encoder, and the runner that gives a user's encoder the same precision
-and input handling (the protocol is in docs/MODELS.md)."""
+"""Observation encoders: the paper's conv stack, the Nature CNN, the IMPALA ResNet and a vector
+MLP as branches of the built-in multi-input encoder, and the runner that gives a user's encoder
+the same precision and input handling (the protocol is in docs/MODELS.md)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ CONV_SIMPLE_FILTERS: tuple[tuple[int, int, int], ...] = ((32, 8, 4), (64, 4, 2),
 # The DQN paper's encoder (Mnih et al. 2015, "Human-level control"), Sample Factory's
 # `convnet_atari`: on 84x84 inputs it leaves 64 maps of 7x7 for the FC layer.
 NATURE_CNN_FILTERS: tuple[tuple[int, int, int], ...] = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+# (channels, residual blocks) per stage of Sample Factory's `resnet_impala`, the IMPALA paper's
+# "deep" network (Espeholt et al. 2018, Figure 3): 16, 32, 32 channels, two blocks each.
+RESNET_IMPALA_STAGES: tuple[tuple[int, int], ...] = ((16, 2), (32, 2), (32, 2))
 
 
 def activation(name: str) -> nn.Module:
@@ -33,29 +36,32 @@ def mlp(in_size: int, widths: tuple[int, ...], nonlinearity: str) -> nn.Sequenti
     return nn.Sequential(*layers)
 
 
-class ConvEncoder(nn.Module):
-    """Conv layers of `filters` (out_channels, kernel, stride), then one FC layer to `hidden`,
-    each followed by the configured nonlinearity."""
+def conv_stack(channels: int, filters: tuple[tuple[int, int, int], ...],
+               nonlinearity: str) -> nn.Sequential:
+    """Conv layers of `filters` (out_channels, kernel, stride), each followed by the
+    nonlinearity."""
+    layers: list[nn.Module] = []
+    for out_channels, kernel, stride in filters:
+        layers += [nn.Conv2d(channels, out_channels, kernel, stride), activation(nonlinearity)]
+        channels = out_channels
+    return nn.Sequential(*layers)
 
-    def __init__(self, obs_shape: tuple[int, ...], cfg: ModelConfig,
-                 filters: tuple[tuple[int, int, int], ...]) -> None:
+
+class ConvEncoder(nn.Module):
+    """A conv stack (``conv``), then one FC layer to `hidden` followed by the configured
+    nonlinearity."""
+
+    def __init__(self, obs_shape: tuple[int, ...], cfg: ModelConfig, conv: nn.Module,
+                 layout: str) -> None:
         super().__init__()
         self.obs_shape = tuple(obs_shape)
-        layers: list[nn.Module] = []
-        channels = obs_shape[0]
-        for out_channels, kernel, stride in filters:
-            layers += [
-                nn.Conv2d(channels, out_channels, kernel, stride),
-                activation(cfg.nonlinearity),
-            ]
-            channels = out_channels
-        self.conv = nn.Sequential(*layers)
+        self.conv = conv
         with torch.no_grad():
             try:
                 conv_out = self.conv(torch.zeros(1, *obs_shape)).numel()
             except RuntimeError:  # torch's words: "Kernel size can't be greater than ..."
                 raise ValueError(f"images of shape {list(obs_shape)} are too small for the conv "
-                                 f"stack {[f[1:] for f in filters]} (kernel, stride)") from None
+                                 f"stack {layout}") from None
         self.fc = nn.Sequential(nn.Linear(conv_out, cfg.hidden), activation(cfg.nonlinearity))
         self.out_size = cfg.hidden
 
@@ -76,14 +82,49 @@ class ConvSimpleEncoder(ConvEncoder):
     the only encoder the packed CPU inference path runs)."""
 
     def __init__(self, obs_shape: tuple[int, ...], cfg: ModelConfig) -> None:
-        super().__init__(obs_shape, cfg, CONV_SIMPLE_FILTERS)
+        super().__init__(obs_shape, cfg,
+                         conv_stack(obs_shape[0], CONV_SIMPLE_FILTERS, cfg.nonlinearity),
+                         f"{[f[1:] for f in CONV_SIMPLE_FILTERS]} (kernel, stride)")
 
 
 class NatureCnnEncoder(ConvEncoder):
     """The Nature CNN: 32 8x8/4, 64 4x4/2, 64 3x3/1, then one FC layer to `hidden` (512)."""
 
     def __init__(self, obs_shape: tuple[int, ...], cfg: ModelConfig) -> None:
-        super().__init__(obs_shape, cfg, NATURE_CNN_FILTERS)
+        super().__init__(obs_shape, cfg,
+                         conv_stack(obs_shape[0], NATURE_CNN_FILTERS, cfg.nonlinearity),
+                         f"{[f[1:] for f in NATURE_CNN_FILTERS]} (kernel, stride)")
+
+
+class ResBlock(nn.Module):
+    """``x + conv(act(conv(act(x))))``, 3x3 convs keeping the size (IMPALA's residual block)."""
+
+    def __init__(self, channels: int, nonlinearity: str) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            activation(nonlinearity), nn.Conv2d(channels, channels, 3, 1, padding=1),
+            activation(nonlinearity), nn.Conv2d(channels, channels, 3, 1, padding=1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """The block's output, same shape as ``x``."""
+        return x + self.body(x)
+
+
+class ResnetImpalaEncoder(ConvEncoder):
+    """The IMPALA ResNet (Espeholt et al. 2018; Sample Factory's `resnet_impala`): per stage of
+    `RESNET_IMPALA_STAGES` (channels, blocks) a 3x3/1 conv, a 3x3/2 max-pool and residual blocks;
+    then the nonlinearity and one FC layer to `hidden`."""
+
+    def __init__(self, obs_shape: tuple[int, ...], cfg: ModelConfig) -> None:
+        layers: list[nn.Module] = []
+        channels = obs_shape[0]
+        for out_channels, blocks in RESNET_IMPALA_STAGES:
+            layers += [nn.Conv2d(channels, out_channels, 3, 1, padding=1),
+                       nn.MaxPool2d(3, 2, padding=1)]
+            layers += [ResBlock(out_channels, cfg.nonlinearity) for _ in range(blocks)]
+            channels = out_channels
+        layers.append(activation(cfg.nonlinearity))
+        super().__init__(obs_shape, cfg, nn.Sequential(*layers), "resnet_impala")
 
 
 class MlpEncoder(nn.Module):
@@ -145,7 +186,8 @@ class EncoderRunner(nn.Module):
 
 
 class ObsEncoder(EncoderRunner):
-    """The built-in encoder (``auto``, ``conv_simple``, ``nature_cnn``, ``mlp``): each
+    """The built-in encoder (``auto``, ``conv_simple``, ``nature_cnn``, ``resnet_impala``,
+    ``mlp``): each
     observation key the architecture reads through its own branch, the features concatenated
     in the env's key order. An image ``[C, H, W]`` goes through the conv stack the name picks
     (``auto``: ``conv_simple``), a vector ``[D]`` through an MLP of ``mlp_layers`` (in ``full``,
@@ -155,7 +197,8 @@ class ObsEncoder(EncoderRunner):
     def __init__(self, obs_spec: dict[str, tuple[tuple[int, ...], str]], cfg: ModelConfig) -> None:
         super().__init__()
         self.keys = self._keys(obs_spec, cfg.architecture)
-        convs = {"conv_simple": ConvSimpleEncoder, "nature_cnn": NatureCnnEncoder}
+        convs = {"conv_simple": ConvSimpleEncoder, "nature_cnn": NatureCnnEncoder,
+                 "resnet_impala": ResnetImpalaEncoder}
         conv = convs.get(cfg.encoder, ConvSimpleEncoder)
         branches: dict[str, nn.Module] = {}
         for key in self.keys:

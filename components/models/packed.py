@@ -36,12 +36,14 @@ def _mkldnn_ops_available() -> bool:
 
 def packable(model: ActorCritic) -> bool:
     """Whether :class:`PackedStep` can run ``model``: the built-in bfloat16 conv encoder over
-    the one key ``obs``, the built-in GRU or no core (a user's part runs the eager model), on a
-    CPU whose oneDNN has bfloat16 kernels."""
+    the one key ``obs``, the built-in one-layer GRU or no core, shared by actor and critic (an
+    LSTM, stacked layers, separate weights or a user's part run the eager model), on a CPU
+    whose oneDNN has bfloat16 kernels."""
     encoder = model.encoder
     return (isinstance(encoder, ObsEncoder) and encoder.keys == ("obs",)
             and isinstance(encoder.main, ConvSimpleEncoder)
-            and isinstance(model.core, GruCore | IdentityCore)
+            and isinstance(model.core, GruCore | IdentityCore) and model.core.num_layers == 1
+            and model.critic_encoder is None
             and precision.uses_bf16(encoder.precision, _CPU) and _mkldnn_ops_available()
             and precision.onednn_has_bf16())
 

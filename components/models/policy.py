@@ -25,11 +25,12 @@ class Policy(nn.Module):
         if spec.is_continuous:  # refuses a squash onto an unbounded Box, at validation
             ActionMap(spec, params.model.action_bounds)
         obs_spec = {k: (f.shape, f.dtype) for k, f in spec.observation_space.items()}
-        # normalize_input off means no normalization at all (not even clipping)
-        # the action mask is read as it is (> 0 = allowed), never normalized
+        # normalize_input off means no normalization at all (not even clipping), but for
+        # obs_subtract_mean / obs_scale; the action mask is read as it is (> 0 = allowed)
+        cfg = params.model
         self.obs_normalizer = ObsNormalizer(
-            {k: v for k, v in obs_spec.items() if k != ACTION_MASK_KEY}
-            if params.model.normalize_input else {})
+            {k: v for k, v in obs_spec.items() if k != ACTION_MASK_KEY},
+            running=cfg.normalize_input, subtract_mean=cfg.obs_subtract_mean, scale=cfg.obs_scale)
         self.model = ActorCritic(
             obs_spec,
             action_heads=spec.action_heads or None,
@@ -52,7 +53,8 @@ class Policy(nn.Module):
         if packed and device.type == "cpu" and packable(self.model):
             self.packed = PackedStep(self.model)
         else:
-            self.model.encoder.keep_weights_in_compute_dtype(device)
+            for encoder in self.model.encoders():
+                encoder.keep_weights_in_compute_dtype(device)
         if device.type != "cpu":
             # Published weights reach the device in one upload per version (the seqlock read
             # is one transfer of the whole page-locked vector), then device-side copies (and

@@ -24,6 +24,7 @@ ENCODERS: dict[str, str] = {
     "conv_simple": "components.models.encoders:ObsEncoder",
     "nature_cnn": "components.models.encoders:ObsEncoder",
     "mlp": "components.models.encoders:ObsEncoder",
+    "resnet_impala": "components.models.encoders:ObsEncoder",
 }
 """Built-in encoder names and the class each one builds."""
 
@@ -89,3 +90,10 @@ def core_state_size(cfg: Any) -> int:
         raise ValueError(f"core '{cfg.core}': state_size_for(cfg) must return an int >= 0, "
                          f"got {size!r}")
     return size
+
+
+def model_state_size(cfg: Any) -> int:
+    """Width of the flat recurrent state of the model ``cfg`` describes: its core's, twice over
+    when the actor and the critic each have their own (``actor_critic_share_weights: false``)."""
+    size = core_state_size(cfg)
+    return size if cfg.actor_critic_share_weights else 2 * size

@@ -231,3 +231,48 @@ def test_gaussian_parameters_round_trip():
     torch.testing.assert_close(again.mean, dist.mean)
     torch.testing.assert_close(again.log_std, dist.log_std)
     assert float(dist.kl(again).abs().max()) < 1e-6
+
+
+def test_recurrence_runs_pieces_from_the_stored_states():
+    """With the true states stored, pieces of `recurrence` steps give the whole-rollout loss
+    exactly; with other stored states, the pieces start from those (truncated BPTT)."""
+    from components.algo import appo_loss
+    from components.models import ModelConfig
+    from components.models.actor_critic import ActorCritic
+    from tests.components.test_ppo import make_batch
+
+    torch.manual_seed(0)
+    net = ActorCritic({"obs": ((4,), "float32")}, (3, 2), None,
+                      ModelConfig(core="gru", core_size=8, mlp_layers=(8,)))
+    batch = make_batch(net, steps=6)
+    obs, dones, start = batch["obs"], batch["dones"], batch["rnn_states"]
+    with torch.no_grad():  # the state entering every step, stepped by hand
+        states, state = [], start
+        for t in range(7):
+            states.append(state)
+            features = net.encoder({k: v[:, t] for k, v in obs.items()})
+            _, state = net.core.step(features, state)
+            if t < 6:
+                state = state * (1 - dones[:, t : t + 1])
+        stored = torch.stack(states, dim=1)
+    cfg = AppoConfig(normalize_returns=False)
+    whole, stats = appo_loss(net, batch, cfg)
+    for piece in (2, 3):
+        pieces, pieces_stats = appo_loss(net, {**batch, "rnn_states": stored},
+                                         replace(cfg, recurrence=piece))
+        assert float(pieces.detach()) == pytest.approx(float(whole.detach()), rel=1e-5)
+        assert float(pieces_stats["value_loss"]) == pytest.approx(float(stats["value_loss"]),
+                                                                  rel=1e-5)
+    stale = stored.clone()
+    stale[:, 3] += 1.0  # a piece of 3 starts at step 3 from this state
+    moved, _ = appo_loss(net, {**batch, "rnn_states": stale}, replace(cfg, recurrence=3))
+    assert abs(float(moved.detach()) - float(whole.detach())) > 1e-4
+    unmoved, _ = appo_loss(net, {**batch, "rnn_states": stale}, replace(cfg, recurrence=2))
+    assert float(unmoved.detach()) == pytest.approx(float(whole.detach()), rel=1e-5)  # skips t=3
+
+
+def test_recurrence_must_divide_the_rollout():
+    from components.learning.learner import Learner
+
+    with pytest.raises(ValueError, match="recurrence"):
+        Learner.Params(env="gym:CartPole-v1", rollout=32, appo=AppoConfig(recurrence=5))

@@ -36,7 +36,7 @@ def trained_policy(spec: EnvSpec, model: ModelConfig) -> Policy:
         for param in policy.model.parameters():
             param.add_(torch.randn_like(param) * 0.05)
         for key, field in spec.observation_space.items():
-            if key not in policy.obs_normalizer.stats:  # the action mask is not normalized
+            if key not in policy.obs_normalizer.stats:  # normalize_input off, or the mask
                 continue
             sample = (torch.randint(0, 256, (64, *field.shape), dtype=torch.uint8)
                       if field.dtype == "uint8" else torch.randn(64, *field.shape) * 3 + 2)
@@ -61,8 +61,14 @@ def random_obs(spec: EnvSpec, batch: int, gen: torch.Generator) -> dict[str, tor
     (VECTOR, ModelConfig(core="none", mlp_layers=(32, 32))),
     (VECTOR, ModelConfig(core="lstm", core_size=8, mlp_layers=(16,))),
     (MASKED, ModelConfig(core="gru", core_size=8, mlp_layers=(16,))),
+    (VECTOR, ModelConfig(core="lstm", core_size=8, rnn_num_layers=2, mlp_layers=(16,),
+                         decoder_mlp_layers=(12,), actor_critic_share_weights=False)),
+    (IMAGE, ModelConfig(encoder="resnet_impala", hidden=16, core="gru", core_size=8,
+                        rnn_num_layers=2, precision="float32", normalize_input=False,
+                        obs_subtract_mean=128.0, obs_scale=128.0)),
     (HYBRID, ModelConfig(core="gru", core_size=8, mlp_layers=(16,), adaptive_stddev=True)),
-], ids=["conv_gru_full", "mlp_gaussian", "mlp_lstm", "mlp_masked", "mlp_masked_hybrid"])
+], ids=["conv_gru_full", "mlp_gaussian", "mlp_lstm", "mlp_masked", "lstm2_separate_decoder",
+        "resnet_gru2_obs_scale", "mlp_masked_hybrid"])
 def test_onnx_outputs_equal_the_torch_policy(tmp_path: Path, spec: EnvSpec,
                                              model: ModelConfig) -> None:
     policy = trained_policy(spec, model)

@@ -223,6 +223,13 @@ def test_the_model_acts_and_the_learner_loss_trains_both_heads() -> None:
     assert model.actor.weight.grad.abs().sum() > 0
     assert model.actor_box.linear.weight.grad.abs().sum() > 0
     assert model.actor_box.log_std.grad.abs().sum() > 0
+    # the learner's pass in pieces (appo.recurrence) rebuilds the hybrid from its parameters
+    pieces = {**batch, "obs": {"obs": torch.randn(b, 4 + 1, 4)},
+              "rnn_states": torch.zeros(b, 4 + 1, model.state_size),
+              **{k: torch.cat([v, v[:, :1]], 1) for k, v in batch.items()
+                 if k not in ("obs", "rnn_states")}}
+    loss, stats = appo_loss(model, pieces, AppoConfig(recurrence=2, normalize_returns=False))
+    assert torch.isfinite(loss) and stats["kl"] > 0
 
 
 @pytest.mark.multiprocess

@@ -234,8 +234,9 @@ PROBED = "error: topologies/appo.yaml:18:7: actor 'rollout': model."
 
 @pytest.mark.parametrize(("setting", "message"), [
     ("model.encoder=convsimple", f"{SET}encoder: encoder 'convsimple' is not a built-in encoder "
-                                 "(auto, conv_simple, nature_cnn, mlp) nor an import path "
-                                 "'package.module:Class'; did you mean 'conv_simple'?"),
+                                 "(auto, conv_simple, nature_cnn, mlp, resnet_impala) nor an "
+                                 "import path 'package.module:Class'; did you mean "
+                                 "'conv_simple'?"),
     ("model.encoder=nosuchpkg.nets:Enc", f"{SET}encoder: encoder 'nosuchpkg.nets:Enc': no module "
                                          "named 'nosuchpkg'"),
     (f"model.encoder={HERE}:TinyEncodr", f"{SET}encoder: encoder '{HERE}:TinyEncodr': module "
