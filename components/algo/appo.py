@@ -130,7 +130,8 @@ def appo_loss(
                     if cfg.exploration_loss == "symmetric_kl" else entropy_loss(entropy, valids))
     # KL(pi || mu) against the behaviour distribution: the penalty, and the figure the
     # KL-adaptive learning-rate schedules read
-    behaviour = ActionDistribution.from_params(step["action_params"].float(), model.action_heads)
+    behaviour = ActionDistribution.from_params(step["action_params"].float(), model.action_heads,
+                                               model.action_dim)
     kl_old = masked_mean(dist.kl(behaviour), valids)
     # total: L = L_pi + c_v L_V + c_H L_H (+ c_KL KL)
     loss = loss_pi + cfg.value_loss_coeff * loss_v + cfg.entropy_coeff * loss_explore
@@ -193,5 +194,5 @@ def _forward_in_pieces(model: ActorCritic, obs: dict[str, Tensor], rnn_states: T
     dist_last, values_last = model.forward_sequence(last, entering[:, num_steps],
                                                     torch.zeros_like(dones[:, :1]))
     params = torch.cat([dist_body.params.reshape(batch, num_steps, -1), dist_last.params], 1)
-    return (ActionDistribution.from_params(params, model.action_heads),
+    return (ActionDistribution.from_params(params, model.action_heads, model.action_dim),
             torch.cat([values_body.reshape(batch, num_steps), values_last], dim=1))

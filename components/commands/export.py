@@ -7,8 +7,9 @@ VizDoom, then ``measurements`` where the model reads it), then ``rnn_state`` flo
 for a recurrent core (zeros at an episode's start; absent for ``core: none``). An env with an
 ``action_mask`` observation has it as one more input after the encoder's keys (its dtype,
 ``[B, n]``, > 0 = allowed). Outputs: ``action_logits`` (the concatenated logits of the categorical
-heads, masked ones at -1e9, or the Gaussian mean),
-``log_std`` (Gaussian actions only), ``value`` ``[B]`` in return units, and ``rnn_state_out``
+heads, masked ones at -1e9, or the Gaussian mean), ``action_mean`` (the Gaussian mean of a hybrid
+action, whose ``action_logits`` are its heads' logits), ``log_std`` (Box and hybrid actions),
+``value`` ``[B]`` in return units, and ``rnn_state_out``
 (recurrent cores), to feed back with the next step.
 
 Folded into the graph: the observation normalizer's running statistics as the learner last
@@ -39,6 +40,7 @@ from components.commands.outputs import check_writable_file
 from components.envs import EnvSpec
 from components.envs.spec import ACTION_MASK_KEY
 from components.models.core import Core
+from components.models.distributions import HybridDistribution
 from components.models.policy import Policy
 from sfbus import BadInput, SfbusError
 
@@ -124,7 +126,8 @@ class OnnxPolicy(nn.Module):
         self.value_mean, self.value_std = mean, std
 
     def forward(self, *inputs: Tensor) -> tuple[Tensor, ...]:
-        """(obs..., [rnn_state]) -> (action_logits, [log_std], value, [rnn_state_out])."""
+        """(obs..., [rnn_state]) -> (action_logits, [action_mean], [log_std], value,
+        [rnn_state_out])."""
         obs = {}
         for key, x in zip(self.keys, inputs, strict=False):
             if key in self.clip:
@@ -136,9 +139,12 @@ class OnnxPolicy(nn.Module):
         core_out, critic_core_out, new_state = self.model.core_step(obs, state, _cell_step)
         actor_in, critic_in = self.model.head_inputs(core_out, critic_core_out)
         dist = self.model.distribution(actor_in, obs.get(ACTION_MASK_KEY))
-        outputs = [dist.params if dist.is_categorical else dist.mean]
-        if not dist.is_categorical:
-            outputs.append(dist.log_std)
+        if dist.is_categorical:
+            outputs = [dist.params]
+        elif isinstance(dist, HybridDistribution):
+            outputs = [dist.logits, dist.mean, dist.log_std]
+        else:
+            outputs = [dist.mean, dist.log_std]
         value = self.model.critic(critic_in).squeeze(-1)
         outputs.append(value * self.value_std + self.value_mean)
         if recurrent:
@@ -149,7 +155,9 @@ class OnnxPolicy(nn.Module):
         """The ONNX model's input and output names, in order."""
         recurrent = self.model.state_size > 0
         inputs = [*self.keys, *(["rnn_state"] if recurrent else [])]
-        outputs = ["action_logits", *(["log_std"] if self.model.action_dim is not None else []),
+        hybrid = self.model.action_heads is not None and self.model.action_dim is not None
+        outputs = ["action_logits", *(["action_mean"] if hybrid else []),
+                   *(["log_std"] if self.model.action_dim is not None else []),
                    "value", *(["rnn_state_out"] if recurrent else [])]
         return inputs, outputs
 

@@ -11,7 +11,7 @@ env sees the mapped action:
 
 Clipping and squashing are fixed maps of the sample, so the ratio on the sample is the ratio on
 the mapped action (a Jacobian that does not depend on the policy cancels). A categorical env
-passes through unchanged.
+passes through unchanged; of a hybrid action (heads, then a Box) only the Box part is mapped.
 """
 
 from __future__ import annotations
@@ -33,8 +33,11 @@ class ActionMap:
         if box is None:
             raise ValueError("action bounds apply to continuous actions only")
         self.mode = mode
-        self.low = np.asarray(box.low, np.float32).reshape(box.shape)
-        self.high = np.asarray(box.high, np.float32).reshape(box.shape)
+        self.heads = len(spec.action_heads)
+        """Leading entries of an action that are categorical choices (hybrid), left as they are."""
+        shape = (spec.box_size,) if self.heads else box.shape  # a hybrid action is flat
+        self.low = np.asarray(box.low, np.float32).reshape(shape)
+        self.high = np.asarray(box.high, np.float32).reshape(shape)
         if mode == "squash" and not (np.isfinite(self.low).all() and np.isfinite(self.high).all()):
             raise ValueError("model.action_bounds: squash needs finite action bounds, but the "
                              f"env's Box is [{box.low}, {box.high}]; use clip or none")
@@ -42,6 +45,13 @@ class ActionMap:
 
     def __call__(self, actions: np.ndarray) -> np.ndarray:
         """The actions the env gets (a new array: the sampled ones stay as they are)."""
+        if self.heads:
+            out = actions.copy()
+            out[:, self.heads:] = self._map(actions[:, self.heads:])
+            return out
+        return self._map(actions)
+
+    def _map(self, actions: np.ndarray) -> np.ndarray:
         if self.mode == "clip":
             return np.clip(actions, self.low, self.high)
         if self.mode == "squash":

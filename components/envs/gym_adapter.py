@@ -5,7 +5,8 @@ Discrete observation becomes a float32 one-hot, a MultiBinary a float32 vector. 
 becomes one field per key (e.g. `obs` and an `action_mask`, see `components.envs.spec`).
 Actions: Discrete -> one head, MultiDiscrete -> one head per entry (`start` offsets are added
 back), Box -> `action_box` (float32, passed through unclipped: clipping to the bounds is the
-env's or the model's business).
+env's or the model's business), a Tuple of Discrete spaces and one Box (in any order) -> a hybrid
+action, one head per Discrete and the Box (the env gets the tuple back in its own order).
 """
 
 from __future__ import annotations
@@ -37,10 +38,7 @@ class GymEnv(MultiAgentEnv):
         """Field name -> (field, whether it is a Discrete one-hot)."""
         self._is_dict = isinstance(env.observation_space, spaces.Dict)
         heads, box = _action_space(env.action_space)
-        space = env.action_space
-        self._kind = type(space).__name__  # "Discrete", "MultiDiscrete" or "Box"
-        self._start = np.asarray(getattr(space, "start", 0))
-        self._shape = space.shape
+        self._action = GymAction(env.action_space)
         try:
             self._spec = EnvSpec({k: f for k, (f, _) in self._fields.items()},
                                  action_heads=heads, action_box=box)
@@ -77,13 +75,6 @@ class GymEnv(MultiAgentEnv):
         """Close the gym env."""
         self.env.close()
 
-    def _action(self, a: np.ndarray) -> Any:
-        if self._kind == "Discrete":
-            return int(a[0]) + int(self._start)
-        if self._kind == "MultiDiscrete":
-            return (a.reshape(self._shape) + self._start).astype(np.int64)
-        return a.astype(np.float32, copy=False)
-
     def _write(self, obs: Any, obs_out: ObsDict) -> None:
         if not self._is_dict:
             obs = {"obs": obs}
@@ -94,6 +85,35 @@ class GymEnv(MultiAgentEnv):
                 row[int(obs[key])] = 1.0
             else:
                 np.copyto(row, obs[key], casting="unsafe")
+
+
+class GymAction:
+    """One agent's action row (spec.py's layout) -> the action of gymnasium ``space``, one of
+    those :func:`_action_space` accepts."""
+
+    def __init__(self, space: spaces.Space) -> None:
+        self.kind = type(space).__name__  # "Discrete", "MultiDiscrete", "Box" or "Tuple"
+        self.start = np.asarray(getattr(space, "start", 0))
+        self.shape = space.shape
+        if isinstance(space, spaces.Tuple):
+            self.start = np.asarray([int(sub.start) for sub in space.spaces
+                                     if isinstance(sub, spaces.Discrete)])
+            self.box_at = next(i for i, sub in enumerate(space.spaces)
+                               if isinstance(sub, spaces.Box))
+            self.shape = space.spaces[self.box_at].shape
+
+    def __call__(self, a: np.ndarray) -> Any:
+        """The gymnasium action of row ``a``."""
+        if self.kind == "Discrete":
+            return int(a[0]) + int(self.start)
+        if self.kind == "MultiDiscrete":
+            return (a.reshape(self.shape) + self.start).astype(np.int64)
+        if self.kind == "Tuple":  # the heads' whole numbers, then the Box (spec.py)
+            heads = len(self.start)
+            parts: list[Any] = [int(c) for c in a[:heads].astype(np.int64) + self.start]
+            parts.insert(self.box_at, a[heads:].reshape(self.shape).astype(np.float32))
+            return tuple(parts)
+        return a.astype(np.float32, copy=False)
 
 
 def _obs_fields(space: spaces.Space) -> dict[str, tuple[ObsField, bool]]:
@@ -126,8 +146,29 @@ def _action_space(space: spaces.Space) -> tuple[tuple[int, ...], ActionBox | Non
         box = ActionBox(tuple(float(x) for x in space.low.reshape(-1)),
                         tuple(float(x) for x in space.high.reshape(-1)), tuple(space.shape))
         return (), box
+    if type(space) is spaces.Tuple:
+        return _tuple_action_space(space)
     raise TypeError(f"unsupported gymnasium action space {space}; use Discrete, "
-                    "MultiDiscrete or Box")
+                    "MultiDiscrete, Box or a Tuple of Discrete spaces and one Box")
+
+
+def _tuple_action_space(space: spaces.Tuple) -> tuple[tuple[int, ...], ActionBox]:
+    """A hybrid action: the Tuple's Discrete spaces as heads (in order), its one Box."""
+    heads: list[int] = []
+    box = None
+    for i, sub in enumerate(space.spaces):
+        if type(sub) is spaces.Discrete:
+            heads.append(int(sub.n))
+        elif type(sub) is spaces.Box and box is None:
+            box = _action_space(sub)[1]
+        else:
+            what = "a second Box" if type(sub) is spaces.Box else str(sub)
+            raise TypeError(f"unsupported gymnasium action space {space}: item {i} is {what}; "
+                            "a Tuple action must be Discrete spaces and one Box")
+    if not heads or box is None:
+        raise TypeError(f"unsupported gymnasium action space {space}: a Tuple action must be "
+                        "at least one Discrete space and one Box")
+    return tuple(heads), box
 
 
 def make_gym_env(env_id: str, seed: int | None = None, **kwargs: Any) -> GymEnv:

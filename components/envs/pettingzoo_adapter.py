@@ -22,9 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from gymnasium import spaces
 
-from components.envs.gym_adapter import _action_space, _obs_field
+from components.envs.gym_adapter import GymAction, _action_space, _obs_field
 from components.envs.registry import UnknownEnvError
 from components.envs.spec import (
     EnvSpec,
@@ -52,7 +51,7 @@ class PettingZooEnv(MultiAgentEnv):
         obs_space, act_space = _shared_spaces(env, self.agents, name)
         self._obs_field, self._one_hot = _obs_field(obs_space)
         heads, box = _action_space(act_space)
-        self._act_space = act_space
+        self._action = GymAction(act_space)
         self._spec = EnvSpec({"obs": self._obs_field}, action_heads=heads, action_box=box,
                              num_agents=len(self.agents))
         self._seed = seed
@@ -122,14 +121,6 @@ class PettingZooEnv(MultiAgentEnv):
                 row[int(obs[agent])] = 1.0
             else:
                 np.copyto(row, obs[agent], casting="unsafe")
-
-    def _action(self, a: np.ndarray) -> Any:
-        space = self._act_space
-        if type(space) is spaces.Discrete:
-            return int(a[0]) + int(space.start)
-        if type(space) is spaces.MultiDiscrete:
-            return (a.reshape(space.shape) + space.start).astype(np.int64)
-        return a.astype(np.float32, copy=False)
 
 
 def _shared_spaces(env: Any, agents: tuple[str, ...], name: str) -> tuple[Any, Any]:

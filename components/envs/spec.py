@@ -4,8 +4,10 @@ Conventions (Sample Factory's):
 
 - Observations are dicts of named fields; a batch of them is one array per field shaped
   `[num_agents, *field.shape]`. Images are channels-first uint8 (`obs: (3, 72, 128)`).
-- Actions are one array per env: `int64 [num_agents, num_heads]` (one categorical per head) or
-  `float32 [num_agents, *action_box.shape]` (a Gaussian per dimension).
+- Actions are one array per env: `int64 [num_agents, num_heads]` (one categorical per head),
+  `float32 [num_agents, *action_box.shape]` (a Gaussian per dimension), or for a hybrid action
+  (heads and a Box together) `float32 [num_agents, num_heads + box size]`: the heads' choices
+  as whole numbers, then the Box's values flattened.
 - An observation key `action_mask` (one entry per categorical action, the heads' entries
   concatenated; bool, int or float, > 0 = allowed) masks the actions of that step, as in Sample
   Factory 2.x: masked actions are never sampled and their probability is 0 in the loss. The
@@ -68,7 +70,8 @@ class EnvSpec:
     action_heads: tuple[int, ...] = ()
     """Number of choices of each categorical head (discrete / multi-discrete); empty if Box."""
     action_box: ActionBox | None = None
-    """Bounds and shape of a continuous action (Gaussian heads); None if discrete."""
+    """Bounds and shape of a continuous action (Gaussian heads); None if discrete. Given with
+    `action_heads`, the action is hybrid: the heads' choices, then the Box."""
     num_agents: int = 1
     """Agents stepped together by one env (1 for single-agent envs)."""
     frameskip: int = 1
@@ -79,8 +82,8 @@ class EnvSpec:
     the env reports its game's rewards and the learner scales them)."""
 
     def __post_init__(self) -> None:
-        if bool(self.action_heads) == (self.action_box is not None):
-            raise ValueError("an EnvSpec needs exactly one of action_heads or action_box")
+        if not self.action_heads and self.action_box is None:
+            raise ValueError("an EnvSpec needs action_heads, an action_box or both")
         mask = self.observation_space.get(ACTION_MASK_KEY)
         if mask is not None and mask.shape != (sum(self.action_heads),):
             raise ValueError(f"observation '{ACTION_MASK_KEY}' has shape {list(mask.shape)}, "
@@ -93,25 +96,38 @@ class EnvSpec:
 
     @property
     def is_continuous(self) -> bool:
-        """True when actions are a float Box rather than categorical heads."""
+        """True when actions are floats with a Box part (continuous or hybrid)."""
         return self.action_box is not None
 
     @property
+    def is_hybrid(self) -> bool:
+        """True when an action is categorical heads and a Box together."""
+        return bool(self.action_heads) and self.action_box is not None
+
+    @property
+    def box_size(self) -> int:
+        """Number of the Box's dimensions (0 without a Box)."""
+        return 0 if self.action_box is None else math.prod(self.action_box.shape)
+
+    @property
     def action_shape(self) -> tuple[int, ...]:
-        """Shape of one agent's action: `(num_heads,)` or the Box shape."""
-        return self.action_box.shape if self.action_box is not None else (len(self.action_heads),)
+        """Shape of one agent's action: `(num_heads,)`, the Box shape, or for a hybrid action
+        `(num_heads + box_size,)`."""
+        if self.action_box is None:
+            return (len(self.action_heads),)
+        if self.action_heads:
+            return (len(self.action_heads) + self.box_size,)
+        return self.action_box.shape
 
     @property
     def action_params_size(self) -> int:
-        """Width of an action distribution's parameters: the heads' logits, or a Gaussian's
+        """Width of an action distribution's parameters: the heads' logits, then a Gaussian's
         mean and log-std."""
-        if self.action_box is not None:
-            return 2 * math.prod(self.action_box.shape)
-        return sum(self.action_heads)
+        return sum(self.action_heads) + 2 * self.box_size
 
     @property
     def action_dtype(self) -> str:
-        """Numpy dtype name of actions: int64 for heads, float32 for a Box."""
+        """Numpy dtype name of actions: int64 for heads only, float32 with a Box (hybrid too)."""
         return "float32" if self.is_continuous else "int64"
 
     def empty_obs(self) -> ObsDict:
@@ -122,15 +138,25 @@ class EnvSpec:
     def random_actions(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         """``n`` uniform random actions (standard normal for a Box) and their log-probabilities:
         the trivial policy of sampler benchmarks and tests."""
+        if self.is_hybrid:
+            heads, head_log_prob = self._uniform_heads
+            box, log_probs = self._standard_normal(rng, n, (self.box_size,))
+            choices = np.floor(rng.random((n, len(heads))) * heads).astype(np.float32)
+            return np.concatenate([choices, box], axis=1), log_probs + head_log_prob
         if self.is_continuous:
-            actions = rng.standard_normal((n, *self.action_shape), dtype=np.float32)
-            log_probs = (-0.5 * np.square(actions) - _LOG_SQRT_2PI).reshape(n, -1).sum(1)
-            return actions, log_probs
+            return self._standard_normal(rng, n, self.action_shape)
         heads, log_prob = self._uniform_heads
         # Scaling uniform floats in [0, 1) is 4x cheaper than Generator.integers with per-head
         # bounds (it is drawn for every request of a sampler benchmark), and never reaches a head.
         actions = (rng.random((n, len(heads))) * heads).astype(np.int64)
         return actions, np.full(n, log_prob)
+
+    @staticmethod
+    def _standard_normal(rng: np.random.Generator, n: int,
+                         shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` standard normal float32 actions of ``shape`` and their log-probabilities."""
+        actions = rng.standard_normal((n, *shape), dtype=np.float32)
+        return actions, (-0.5 * np.square(actions) - _LOG_SQRT_2PI).reshape(n, -1).sum(1)
 
     @cached_property
     def _uniform_heads(self) -> tuple[np.ndarray, float]:

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from components.envs.spec import ACTION_MASK_KEY
 from components.models.config import ModelConfig
 from components.models.core import Core
-from components.models.distributions import ActionDistribution
+from components.models.distributions import ActionDistribution, HybridDistribution
 from components.models.encoders import EncoderRunner, ObsEncoder, mlp
 from components.models.gaussian_head import GaussianHead
 from components.models.parts import build_core, build_encoder
@@ -33,7 +33,8 @@ class StepOutput:
     """What one inference step returns, one row per environment."""
 
     actions: Tensor
-    """int64 `[B, num_heads]` for categorical heads, float `[B, action_dim]` for a Gaussian."""
+    """int64 `[B, num_heads]` for categorical heads, float `[B, action_dim]` for a Gaussian,
+    float `[B, num_heads + action_dim]` for both (hybrid)."""
     log_prob: Tensor
     """`[B]` log mu(a|x) of the returned actions, summed over heads."""
     value: Tensor
@@ -41,7 +42,7 @@ class StepOutput:
     rnn_state: Tensor
     """`[B, state_size]` state to store and feed with the next step."""
     action_logits: Tensor
-    """The distribution's parameters: `[B, sum(action_heads)]` logits, or the Gaussian's mean
+    """The distribution's parameters: `[B, sum(action_heads)]` logits, then the Gaussian's mean
     and log-std `[B, 2 * action_dim]`."""
 
 
@@ -57,8 +58,8 @@ class ActorCritic(nn.Module):
         cfg: ModelConfig,
     ) -> None:
         super().__init__()
-        if (action_heads is None) == (action_dim is None):
-            raise ValueError("give exactly one of action_heads (categorical) or action_dim (Box)")
+        if action_heads is None and action_dim is None:
+            raise ValueError("give action_heads (categorical), action_dim (Box) or both (hybrid)")
         self.cfg = cfg
         self.action_heads = tuple(action_heads) if action_heads is not None else None
         self.action_dim = action_dim
@@ -86,6 +87,10 @@ class ActorCritic(nn.Module):
             else GaussianHead(head_size, action_dim, cfg))
         self.critic = nn.Linear(head_size, 1)
         self._init_weights()
+        # A hybrid action's Box: a Gaussian head beside the categorical one (it initialises
+        # itself, as the Gaussian actor does)
+        self.actor_box = (GaussianHead(head_size, action_dim, cfg)
+                          if self.action_heads is not None and action_dim is not None else None)
 
     def _init_weights(self) -> None:
         # Orthogonal init: sqrt(2) gain for hidden layers, unit gain for the critic and for the
@@ -141,8 +146,10 @@ class ActorCritic(nn.Module):
         ``action_mask`` (same leading shape) marks as not allowed masked out."""
         if self.action_heads is None:
             return self.actor(core_out)
-        return ActionDistribution(logits=self.actor(core_out), action_heads=self.action_heads,
-                                  action_mask=action_mask)
+        heads = ActionDistribution(logits=self.actor(core_out), action_heads=self.action_heads,
+                                   action_mask=action_mask)
+        return heads if self.actor_box is None else HybridDistribution(heads,
+                                                                       self.actor_box(core_out))
 
     def forward_step(
         self, obs: dict[str, Tensor], rnn_state: Tensor, deterministic: bool = False,

@@ -72,9 +72,16 @@ class ActionDistribution:
         return torch.cat([self.mean, self.log_std], dim=-1)
 
     @staticmethod
-    def from_params(params: Tensor, action_heads: tuple[int, ...] | None) -> ActionDistribution:
-        """The distribution whose :attr:`params` are ``params`` (categorical with
-        ``action_heads``, else a Gaussian)."""
+    def from_params(params: Tensor, action_heads: tuple[int, ...] | None,
+                    action_dim: int | None = None) -> ActionDistribution:
+        """The distribution whose :attr:`params` are ``params``: categorical with
+        ``action_heads``, a Gaussian without, hybrid with both ``action_heads`` and a Box of
+        ``action_dim`` dimensions."""
+        if action_heads is not None and action_dim is not None:
+            logits, mean, log_std = params.split([sum(action_heads), action_dim, action_dim], -1)
+            return HybridDistribution(
+                ActionDistribution(logits=logits, action_heads=action_heads),
+                ActionDistribution(mean=mean, log_std=log_std))
         if action_heads is not None:
             return ActionDistribution(logits=params, action_heads=action_heads)
         mean, log_std = params.chunk(2, dim=-1)
@@ -144,6 +151,65 @@ class ActionDistribution:
         var_ratio = torch.exp(2 * (self.log_std - other.log_std))
         t = ((self.mean - other.mean) * torch.exp(-other.log_std)).pow(2)
         return (0.5 * (var_ratio + t - 1) - (self.log_std - other.log_std)).sum(-1)
+
+
+class HybridDistribution(ActionDistribution):
+    """Independent categorical heads and a diagonal Gaussian in one action (a gymnasium Tuple of
+    Discrete spaces and a Box): actions float `[..., heads + dim]`, the heads' choices as whole
+    numbers, then the Box's values. The parts are independent, so log-probabilities, entropies
+    and KLs add; the parameters are the logits, then the mean, then the log-std."""
+
+    is_categorical = False
+
+    def __init__(self, categorical: ActionDistribution, gaussian: ActionDistribution) -> None:
+        if not categorical.is_categorical or gaussian.is_categorical:
+            raise ValueError("a hybrid distribution is a categorical one and a Gaussian")
+        self.categorical = categorical
+        self.gaussian = gaussian
+        self.action_heads = categorical.action_heads
+        self.num_heads = len(categorical.log_probs)
+        # the parts' parameters under the names the single distributions use
+        self.logits = categorical.logits
+        self.mean = gaussian.mean
+        self.log_std = gaussian.log_std
+
+    def __getitem__(self, index: object) -> HybridDistribution:
+        """The distribution at `index` of the leading (batch, time) dims."""
+        return HybridDistribution(self.categorical[index], self.gaussian[index])
+
+    @property
+    def params(self) -> Tensor:
+        """The logits, the mean and the log-std concatenated `[..., sum(heads) + 2 * dim]`."""
+        return torch.cat([self.logits.float(), self.mean, self.log_std], dim=-1)
+
+    def log_prob(self, actions: Tensor) -> Tensor:
+        """log pi(a) = the heads' log-probabilities plus the Gaussian's, `[...]`."""
+        return (self.categorical.log_prob(actions[..., :self.num_heads])
+                + self.gaussian.log_prob(actions[..., self.num_heads:]))
+
+    def entropy(self) -> Tensor:
+        """H(pi) = the heads' entropies plus the Gaussian's, `[...]`."""
+        return self.categorical.entropy() + self.gaussian.entropy()
+
+    def symmetric_kl_with_uniform(self) -> Tensor:
+        """Refused: a Gaussian has no uniform distribution to compare with."""
+        raise ValueError("the symmetric KL to a uniform policy needs categorical actions only")
+
+    @torch.no_grad()
+    def sample(self, generator: torch.Generator | None = None) -> Tensor:
+        """A random action (no gradient), float `[..., heads + dim]`."""
+        choices = self.categorical.sample(generator).to(self.mean.dtype)
+        return torch.cat([choices, self.gaussian.sample(generator)], dim=-1)
+
+    def mode(self) -> Tensor:
+        """The most likely action: each head's argmax, then the mean."""
+        return torch.cat([self.categorical.mode().to(self.mean.dtype), self.mean], dim=-1)
+
+    def kl(self, other: ActionDistribution) -> Tensor:
+        """KL(self || other) `[...]` against another hybrid distribution: the parts' KLs added."""
+        if not isinstance(other, HybridDistribution):
+            raise TypeError("the KL of a hybrid distribution needs another hybrid one")
+        return self.categorical.kl(other.categorical) + self.gaussian.kl(other.gaussian)
 
 
 def mask_logits(logits: Tensor, action_mask: Tensor) -> Tensor:

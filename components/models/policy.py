@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
@@ -37,7 +35,7 @@ class Policy(nn.Module):
         self.model = ActorCritic(
             obs_spec,
             action_heads=spec.action_heads or None,
-            action_dim=None if spec.action_box is None else math.prod(spec.action_box.shape),
+            action_dim=spec.box_size or None,
             cfg=params.model,
         )
         self.packed: PackedStep | None = None

@@ -236,7 +236,7 @@ def test_unknown_env_lists_known_names():
 
 
 def test_env_spec_validation():
-    with pytest.raises(ValueError, match="exactly one"):
+    with pytest.raises(ValueError, match="action_heads, an action_box or both"):
         EnvSpec({"obs": ObsField((1,), "float32")})
     with pytest.raises(TypeError, match="data type 'unit8' not understood"):
         ObsField((1,), "unit8")

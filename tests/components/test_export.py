@@ -25,6 +25,7 @@ VECTOR = EnvSpec({"obs": ObsField((6,), "float32")},
                  action_box=ActionBox((-1.0,) * 2, (1.0,) * 2, (2,)))
 MASKED = EnvSpec({"obs": ObsField((6,), "float32"), "action_mask": ObsField((5,), "int8")},
                  action_heads=(3, 2))
+HYBRID = replace(MASKED, action_box=ActionBox((-1.0,) * 2, (1.0,) * 2, (2,)))
 
 
 def trained_policy(spec: EnvSpec, model: ModelConfig) -> Policy:
@@ -65,8 +66,9 @@ def random_obs(spec: EnvSpec, batch: int, gen: torch.Generator) -> dict[str, tor
     (IMAGE, ModelConfig(encoder="resnet_impala", hidden=16, core="gru", core_size=8,
                         rnn_num_layers=2, precision="float32", normalize_input=False,
                         obs_subtract_mean=128.0, obs_scale=128.0)),
+    (HYBRID, ModelConfig(core="gru", core_size=8, mlp_layers=(16,), adaptive_stddev=True)),
 ], ids=["conv_gru_full", "mlp_gaussian", "mlp_lstm", "mlp_masked", "lstm2_separate_decoder",
-        "resnet_gru2_obs_scale"])
+        "resnet_gru2_obs_scale", "mlp_masked_hybrid"])
 def test_onnx_outputs_equal_the_torch_policy(tmp_path: Path, spec: EnvSpec,
                                              model: ModelConfig) -> None:
     policy = trained_policy(spec, model)
@@ -89,7 +91,10 @@ def test_onnx_outputs_equal_the_torch_policy(tmp_path: Path, spec: EnvSpec,
         got = dict(zip(outputs, session.run(None, feed), strict=True))
         expected = {"action_logits": step.action_logits,
                     "value": returns.denormalize(step.value)}
-        if "log_std" in outputs:  # a Gaussian's parameters are its mean, then its log-std
+        if "action_mean" in outputs:  # a hybrid's: the logits, the mean, then the log-std
+            (expected["action_logits"], expected["action_mean"],
+             expected["log_std"]) = step.action_logits.split([5, 2, 2], -1)
+        elif "log_std" in outputs:  # a Gaussian's parameters are its mean, then its log-std
             expected["action_logits"], expected["log_std"] = step.action_logits.chunk(2, -1)
         if "rnn_state_out" in outputs:
             expected["rnn_state_out"] = step.rnn_state

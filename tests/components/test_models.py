@@ -182,10 +182,9 @@ def test_gradient_reaches_every_parameter(core, gaussian):
         assert param.grad is not None and param.grad.abs().sum() > 0, name
 
 
-def test_exactly_one_action_space():
-    message = r"give exactly one of action_heads \(categorical\) or action_dim \(Box\)"
-    with pytest.raises(ValueError, match=message):
-        ActorCritic({"obs": ((4,), "float32")}, (2,), 3, ModelConfig())
+def test_an_action_space_is_needed():
+    """Neither heads nor a Box is refused (both is a hybrid action, test_hybrid_actions.py)."""
+    message = r"give action_heads \(categorical\), action_dim \(Box\) or both \(hybrid\)"
     with pytest.raises(ValueError, match=message):
         ActorCritic({"obs": ((4,), "float32")}, None, None, ModelConfig())
 
