@@ -81,7 +81,8 @@ def test_a_factory_returning_a_multi_agent_env_is_used_as_it_is() -> None:
     ("make_short", "reset() returned observation 'obs' with shape [3], but its "
                    "observation_space declares shape [4]"),
     ("make_text_actions", "unsupported gymnasium action space Text("),
-    ("make_dict_declared", "unsupported gymnasium observation space Dict("),
+    ("make_dict_declared", "reset() returned observation 'obs' with a ndarray, but its "
+                           "observation_space declares a dict of keys ['obs']"),
     ("make_wrong_writes", "reset_into raised ValueError: could not broadcast input array from "
                           "shape (3,) into shape (4,)"),
     ("make_broken", "creating it raised RuntimeError: the simulator licence is missing"),
