@@ -38,7 +38,7 @@ from components.envs.vector import EnvBatch
 from components.sampling.splits import Split, SplitWiring
 from sfbus import SlotPool
 
-_FIELDS = ("rnn", "actions", "log_probs", "values", "versions")
+_FIELDS = ("rnn", "actions", "log_probs", "action_params", "values", "versions")
 
 
 class BatchedSplit(Split):
@@ -134,6 +134,7 @@ class BlockServer:
             actions[at] = out.actions.reshape(request.count, *self.action_shape).to(
                 actions.dtype)
             fields["log_probs"][at] = out.log_prob
+            fields["action_params"][at] = out.action_logits.float()
             fields["values"][at] = out.value
             fields["versions"][at] = version
             if self.state_size:
@@ -148,6 +149,7 @@ class BlockServer:
         actions, log_probs = spec.random_actions(self.rng, n)
         fields["actions"][at] = actions
         fields["log_probs"][at] = log_probs
+        fields["action_params"][at] = 0.0  # uniform logits / the standard normal drawn from
         fields["values"][at] = 0.0
         fields["versions"][at] = version
         if self.state_size:
