@@ -49,6 +49,8 @@ class Family:
     sf_model: tuple[str, ...]
     bars: tuple[float, ...]
     measure: str = "raw game score"
+    notes: str = ""
+    """What still differs between the two, for the docs."""
     extra: tuple[str, ...] = field(default=())
 
 
@@ -56,7 +58,17 @@ FAMILIES = {
     "atari_breakout": Family(
         "topologies/atari_breakout.yaml", "sf_examples.atari.train_atari",
         ("--encoder_conv_architecture=convnet_atari", "--use_rnn=False", "--nonlinearity=relu"),
-        (5.0, 10.0, 20.0)),
+        (5.0, 10.0, 20.0), notes=(
+            "Same env chain on both sides (BreakoutNoFrameskip-v4's settings: no sticky actions, "
+            "30 no-op starts, frameskip 4 with max-pool, episodic life, FIRE on reset, clipped "
+            "rewards, 84x84 grey, 4 frames), same Nature CNN, no RNN. Left as each system has "
+            "it: Sample Factory runs its inference worker as a third process (sfbus hosts one in "
+            "each rollout process) and decorrelates its envs at start (random steps, not counted "
+            "as frames, but in its wall time); Sample Factory's Atari default `lr_schedule="
+            "linear_decay` is replaced by a constant rate, which is all sfbus has; its Atari "
+            "default `async_rl=False` by async, as sfbus runs. The curves' time axis starts at "
+            "launch for Sample Factory and at sfbus's stats actor's start (a few seconds after "
+            "launch) for sfbus; the wall-time column is launch to exit for both.")),
     "mujoco_halfcheetah": Family(
         "topologies/mujoco_halfcheetah.yaml", "sf_examples.mujoco.train_mujoco",
         ("--use_rnn=False",), (0.0, 1000.0, 2000.0), measure="episode reward"),
@@ -117,9 +129,15 @@ def train(env: str, system: str, seed: int, frames: int) -> Path:
         (folder / "progress.jsonl").unlink(missing_ok=True)
         print(f"{system}-seed{seed}: {' '.join(flags)}", flush=True)
         with (folder / "output.txt").open("wb") as out:
-            subprocess.run([str(python), "-m", "bench.sample_factory", "--inside", "train",
-                            "--folder", str(folder), "--", *flags], cwd=ROOT, stdout=out,
-                           stderr=subprocess.STDOUT, check=True)
+            # Its own session, so that an interrupted benchmark stops the whole tree.
+            proc = subprocess.Popen([str(python), "-m", "bench.sample_factory", "--inside",
+                                     "train", "--folder", str(folder), "--", *flags], cwd=ROOT,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            if proc.wait():
+                raise SystemExit(f"{system}-seed{seed} failed: see {folder / 'output.txt'}")
+        finally:
+            sample_factory._stop(proc)
     (folder / "wall.json").write_text(json.dumps(
         {"started": started, "wall_s": time.time() - started, "frames": frames}))
     return folder
@@ -188,16 +206,21 @@ def write_docs(env: str, frames: int, seeds: list[int], text: str,
         f"Compared on {family.measure} (100-episode mean; `true_reward`, see "
         f"`bench/learning_vs_sf.py`), at the largest env frame count both runs reached, and "
         f"the frames and seconds (from launch) at which the mean first reached each bar.\n\n"
-        f"{text}\n\n![{env}: {family.measure} vs env frames, sfbus and Sample Factory]"
+        f"{family.notes}\n\n{text}\n\n"
+        f"![{env}: {family.measure} vs env frames, sfbus and Sample Factory]"
         f"({env}_vs_sf.png)\n\n![{env}: {family.measure} vs wall time]({env}_vs_sf_time.png)\n"))
 
 
 def _versions() -> str:
-    """torch and the env package's version in sfbus's venv."""
+    """Library versions on both sides, and whether the CPU has bfloat16 instructions."""
+    import gymnasium
     import torch
 
-    return f"torch {torch.__version__}; Sample Factory 2.1.1, gymnasium 0.29.1, ale-py 0.9.1, " \
-        f"mujoco 3.1.6 in its venv"
+    flags = set(Path("/proc/cpuinfo").read_text().partition("\nflags")[2].split("\n")[0].split())
+    bf16 = ", ".join(f for f in ("avx512_bf16", "amx_bf16") if f in flags) or "none"
+    return (f"torch {torch.__version__}, gymnasium {gymnasium.__version__}; Sample Factory "
+            f"2.1.1 with gymnasium 0.29.1, ale-py 0.9.1, mujoco 3.1.6 in its venv; CPU bfloat16 "
+            f"instructions: {bf16}")
 
 
 def main(argv: list[str] | None = None) -> int:
