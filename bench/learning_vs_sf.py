@@ -33,6 +33,7 @@ from bench.report import write_section
 from components.algo.ppo import AppoConfig
 from components.commands.plot import Progress, plot_runs, read_progress
 from components.datapath.settings import DataPathParams
+from components.models import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "runs" / "learning_vs_sf"
@@ -42,11 +43,10 @@ MEASURE = "true_reward"
 
 @dataclass(frozen=True)
 class Family:
-    """An env compared: its topology, Sample Factory's script and encoder flags, reward bars."""
+    """An env compared: its topology, Sample Factory's script, reward bars."""
 
     topology: str
     sf_module: str
-    sf_model: tuple[str, ...]
     bars: tuple[float, ...]
     measure: str = "raw game score"
     notes: str = ""
@@ -56,9 +56,8 @@ class Family:
 
 FAMILIES = {
     "atari_breakout": Family(
-        "topologies/atari_breakout.yaml", "sf_examples.atari.train_atari",
-        ("--encoder_conv_architecture=convnet_atari", "--use_rnn=False", "--nonlinearity=relu"),
-        (5.0, 10.0, 20.0), notes=(
+        "topologies/atari_breakout.yaml", "sf_examples.atari.train_atari", (2.0, 5.0, 10.0),
+        notes=(
             "Same env chain on both sides (BreakoutNoFrameskip-v4's settings: no sticky actions, "
             "30 no-op starts, frameskip 4 with max-pool, episodic life, FIRE on reset, clipped "
             "rewards, 84x84 grey, 4 frames), same Nature CNN, no RNN. Left as each system has "
@@ -71,7 +70,16 @@ FAMILIES = {
             "launch) for sfbus; the wall-time column is launch to exit for both.")),
     "mujoco_halfcheetah": Family(
         "topologies/mujoco_halfcheetah.yaml", "sf_examples.mujoco.train_mujoco",
-        ("--use_rnn=False",), (0.0, 1000.0, 2000.0), measure="episode reward"),
+        (0.0, 1000.0, 2000.0), measure="episode reward", notes=(
+            "sfbus trains gymnasium 1's HalfCheetah-v5, Sample Factory gymnasium 0.29's "
+            "HalfCheetah-v4 (its own env; the same body, reward and 1000-step limit). sfbus "
+            "clips actions to the Box on their way to the env, Sample Factory sends them "
+            "unclipped (MuJoCo clamps the controls; the control cost sees the raw action). "
+            "Sample Factory's MuJoCo defaults `lr_schedule=linear_decay` and `kl_loss_coeff=0.1` "
+            "are replaced by a constant rate and no KL loss, which is all sfbus has; its "
+            "`async_rl=False` by async, as sfbus runs; its `policy_initialization=torch_default` "
+            "is kept. The curves' time axis starts at launch for Sample Factory and at sfbus's "
+            "stats actor's start for sfbus; the wall-time column is launch to exit for both.")),
 }
 
 
@@ -86,8 +94,8 @@ def topology_settings(family: Family) -> tuple[DataPathParams, AppoConfig, int]:
 
 
 def sf_flags(family: Family, env: str, frames: int, seed: int, train_dir: Path) -> list[str]:
-    """Sample Factory's flags for the recipe the topology sets (on the CPU, no schedule: sfbus
-    keeps its learning rate constant)."""
+    """Sample Factory's flags for the recipe the topology sets (on the CPU, no schedule and no KL
+    loss: sfbus has neither)."""
     data, appo, workers = topology_settings(family)
     minibatch = data.batch_size // appo.num_batches_per_epoch
     return [f"--env={env}", "--device=cpu", f"--seed={seed}", f"--train_for_env_steps={frames}",
@@ -100,11 +108,26 @@ def sf_flags(family: Family, env: str, frames: int, seed: int, train_dir: Path) 
             f"--gae_lambda={appo.gae_lambda}", f"--with_vtrace={appo.with_vtrace}",
             f"--ppo_clip_ratio={appo.ppo_clip_ratio}", f"--ppo_clip_value={appo.ppo_clip_value}",
             f"--exploration_loss_coeff={appo.entropy_coeff}",
-            f"--value_loss_coeff={appo.value_loss_coeff}",
+            f"--value_loss_coeff={appo.value_loss_coeff}", "--kl_loss_coeff=0.0",
             f"--normalize_returns={appo.normalize_returns}",
-            f"--normalize_input={data.model.normalize_input}",
-            *family.sf_model, *family.extra, "--serial_mode=False", "--with_wandb=False",
+            f"--value_bootstrap={getattr(appo, 'value_bootstrap', False)}",
+            *model_flags(data.model), "--serial_mode=False", "--with_wandb=False",
             f"--train_dir={train_dir}", "--experiment=run"]
+
+
+def model_flags(model: ModelConfig) -> list[str]:
+    """Sample Factory's flags for the same network as sfbus's ``model`` settings."""
+    if model.core != "none":
+        raise SystemExit(f"model.core {model.core!r}: only feed-forward models are compared")
+    encoder = {"nature_cnn": ["--encoder_conv_architecture=convnet_atari"],
+               "mlp": ["--encoder_mlp_layers", *map(str, model.mlp_layers)]}
+    if model.encoder not in encoder:
+        raise SystemExit(f"model.encoder {model.encoder!r} has no Sample Factory counterpart here")
+    # The continuous head's settings exist where sfbus has continuous actions.
+    continuous = [f"--{name}={getattr(model, name)}" for name in ("adaptive_stddev",
+                  "initial_stddev") if hasattr(model, name)]
+    return [*encoder[model.encoder], "--use_rnn=False", f"--nonlinearity={model.nonlinearity}",
+            f"--normalize_input={model.normalize_input}", *continuous]
 
 
 def run_folder(env: str, system: str, seed: int) -> Path:
