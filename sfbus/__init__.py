@@ -9,7 +9,9 @@ The public kernel API is the names below; everything else in the package is priv
   ``validate_topology`` (that, plus the sizes of the run's shared arrays, as ``sfbus validate``),
   ``import_actor_class`` (a ``module:Class`` path), ``instance_name`` (the name of an actor's
   replica).
-- Runs: ``RunLimits`` (``--max-frames`` / ``--max-seconds`` as actors see them),
+- Runs: ``run`` (``sfbus run`` from Python: a topology file and ``--set`` overrides, run to its
+  end in processes that import what the caller can), ``RunLimits`` (``--max-frames`` /
+  ``--max-seconds`` as actors see them),
   ``new_run_dir`` and ``make_private_dir`` (run folders only this user can read).
 - Run records: ``RunRecord`` (a run-wide fact, computed once at launch from the topology: list
   its type in an actor class's ``records``, read it as ``context.records[Type]`` in any process,
@@ -33,6 +35,7 @@ from sfbus.errors import (
     SlotPoolExhausted,
     TopologyError,
 )
+from sfbus.launch import run
 from sfbus.messages import Empty, Message
 from sfbus.procfs import command_lines
 from sfbus.ratelimit import RateLimitedLog
@@ -75,6 +78,7 @@ __all__ = [
     "load_topology",
     "make_private_dir",
     "new_run_dir",
+    "run",
     "slot",
     "validate_topology",
 ]

@@ -31,6 +31,15 @@ SUPERVISOR_PID_ENV = "SFBUS_SUPERVISOR_PID"
 ORPHAN_GRACE_S = 5.0
 
 
+def child_environment() -> dict[str, str]:
+    """The environment a run's process starts with: the launcher's, with the launcher's import
+    path (``sys.path``) in ``PYTHONPATH``, so that a child imports every module the launcher
+    can (a module beside the script that called :func:`sfbus.run`, ``--app-dir``, a folder the
+    caller put on ``sys.path``)."""
+    paths = dict.fromkeys(os.path.abspath(p) for p in sys.path)  # "" is the working directory
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 def _die_with_parent() -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)

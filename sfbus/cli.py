@@ -13,12 +13,9 @@ import argparse
 import logging
 import math
 import os
-import re
-import socket
 import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from pathlib import Path
 from typing import NoReturn
 
 from sfbus.errors import BadInput, SfbusError
@@ -36,83 +33,16 @@ def _load(args: argparse.Namespace):
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Start a topology and supervise it until it ends."""
-    from sfbus.loop import run
-    from sfbus.routing import RoutingTable
-    from sfbus.rundir import RunDirLock, check_run_dir, new_run_dir
-    from sfbus.supervisor import RunOptions, Supervisor
-    from sfbus.validation import check_shared_memory
+    from sfbus.launch import run
 
-    topology = _load(args)
     try:
-        rank = _join_nodes(args)
+        _join_nodes(args)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
-    # impossible sizes are bad input: check before starting
-    check_shared_memory(RoutingTable(topology).array_specs(), free=True)
-    port = topology.run.metrics_port if args.metrics_port is None else args.metrics_port
-    _check_port_free(topology.run.metrics_host, port)
-    if args.resume:
-        if args.run_dir and Path(args.run_dir).resolve() != Path(args.resume).resolve():
-            raise BadInput(f"--resume {args.resume} --run-dir {args.run_dir}: a resumed run "
-                           "stays in its own directory; give one of them")
-        _check_same_topology(Path(args.resume), topology.name)
-    if args.resume or args.run_dir:
-        run_dir = Path(args.resume or args.run_dir)
-        check_run_dir(run_dir, resume=bool(args.resume))
-    else:
-        name = topology.name if rank is None else f"{topology.name}-rank{rank}"
-        run_dir = new_run_dir(_file_name(name))
-    lock = RunDirLock(run_dir)  # held until this process exits
-    options = RunOptions(run_dir=run_dir, max_seconds=args.max_seconds,
-                         max_frames=args.max_frames, metrics_port=port)
-    try:
-        if args.serial:
-            from sfbus.serial import run_serial
-
-            return int(run(run_serial(topology, topology.document, options)))
-        return int(run(Supervisor(topology, topology.document, options).run()))
-    finally:
-        lock.release()
-
-
-def _check_same_topology(run_dir: Path, name: str) -> None:
-    """``--resume`` continues a run of the same topology, never another one in its place."""
-    from sfbus.topology import load_topology
-
-    snapshot = run_dir / "topology.yaml"
-    if not snapshot.is_file():
-        return  # not a run: check_run_dir says so
-    try:
-        resumed = load_topology(snapshot).name
-    except BadInput:
-        return  # an unreadable snapshot: the actors' own restore reports what they cannot read
-    if resumed != name:
-        raise BadInput(f"--resume {run_dir}: that directory holds a run of topology "
-                       f"{resumed!r}, not {name!r}; resume it with its own topology file")
-
-
-def _file_name(name: str) -> str:
-    """``name`` as one file name under ``runs/``: a topology named ``../../x`` or ``a/b`` must
-    not put its run directory elsewhere."""
-    return re.sub(r"[^A-Za-z0-9._+=-]", "_", name).lstrip(".") or "run"
-
-
-def _check_port_free(host: str, port: int) -> None:
-    """The metrics port must be one this process can bind, checked before anything starts."""
-    if not port:
-        return
-    if not host.strip():  # bind() takes "" as every interface; the metrics server refuses it
-        raise BadInput(f"--metrics-port {port}: run.metrics_host is empty; name the address to "
-                       "serve on (127.0.0.1: this machine only, 0.0.0.0: every interface)")
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        # as the metrics server binds it: a port in TIME_WAIT is free
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as error:
-            raise BadInput(f"--metrics-port {port}: cannot serve on {host}:{port}: "
-                           f"{error.strerror or error}") from None
+    return run(args.topology, args.set or (), run_dir=args.run_dir, resume=args.resume,
+               max_seconds=args.max_seconds, max_frames=args.max_frames,
+               metrics_port=args.metrics_port, serial=args.serial)
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:

@@ -29,7 +29,7 @@ import zmq.asyncio
 
 from sfbus import metrics
 from sfbus.bus import socket_address
-from sfbus.child import SUPERVISOR_PID_ENV
+from sfbus.child import SUPERVISOR_PID_ENV, child_environment
 from sfbus.errors import FrameError, RunFailed
 from sfbus.frames import (
     CONTROL_EDGE,
@@ -228,7 +228,7 @@ class Supervisor:
         # engines) can be killed with it, and so a terminal's Ctrl-C reaches only the supervisor.
         child.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "sfbus.child", str(self.run_dir), child.name,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            stdin=subprocess.DEVNULL, start_new_session=True, env=child_environment(),
         )
         if child.control is None:
             child.control = self._zmq.socket(zmq.PUSH)

@@ -14,12 +14,14 @@ from components.algo.ppo import (
     masked_mean,
     normalize_advantages,
     policy_loss,
+    symmetric_kl_loss,
     value_loss,
 )
 from components.algo.vtrace import vtrace
 from components.models.actor_critic import ActorCritic
 
-PER_STEP_KEYS = ("actions", "log_probs", "values", "rewards", "dones", "policy_versions", "valids")
+PER_STEP_KEYS = ("actions", "log_probs", "values", "rewards", "dones", "time_outs",
+                 "policy_versions", "valids")
 
 
 def appo_loss(
@@ -41,7 +43,8 @@ def appo_loss(
     - `actions` `[B, T, heads]` int64 or `[B, T, dim]` float; `log_probs` `[B, T]` log mu(a|x);
       `values` `[B, T]` behavior values (normalized space, used only for value clipping);
       `rewards` `[B, T]` reward after step t's action; `dones` `[B, T]` the episode ended after
-      step t (terminated or truncated: both stop the bootstrap).
+      step t (terminated or truncated: both stop the bootstrap); `time_outs` `[B, T]` (needed
+      with `cfg.value_bootstrap`) the episode was truncated, not terminated, after step t.
     - optional `policy_versions` `[B, T]` with the int `learner_version`: steps whose lag
       exceeds `cfg.max_policy_lag` are masked out of every loss; optional `valids` `[B, T]` bool
       masks further steps (e.g. another policy's). Masked steps still feed V-trace's recursion.
@@ -82,16 +85,21 @@ def appo_loss(
                 raise ValueError("cfg.normalize_returns needs a returns_normalizer")
             values_ret = returns_normalizer.denormalize(values_ret)
             bootstrap_ret = returns_normalizer.denormalize(bootstrap_ret)
+        rewards = step["rewards"]
+        if cfg.value_bootstrap:
+            if "time_outs" not in step:
+                raise ValueError("cfg.value_bootstrap needs the batch's time_outs")
+            rewards = bootstrap_time_outs(rewards, values_ret, dones, step["time_outs"], cfg.gamma)
         if cfg.with_vtrace:
             # log rho_t = log pi(a_t|x_t) - log mu(a_t|x_t)
             log_rhos = log_prob_new.detach() - log_prob_old
             targets, advantages = vtrace(
-                values_ret, bootstrap_ret, step["rewards"], dones, log_rhos,
+                values_ret, bootstrap_ret, rewards, dones, log_rhos,
                 cfg.gamma, cfg.vtrace_rho_bar, cfg.vtrace_c_bar,
             )  # fmt: skip
         else:
             targets, advantages = gae(
-                values_ret, bootstrap_ret, step["rewards"], dones, cfg.gamma, cfg.gae_lambda
+                values_ret, bootstrap_ret, rewards, dones, cfg.gamma, cfg.gae_lambda
             )
         if cfg.normalize_returns:
             if returns_normalizer.training:
@@ -113,11 +121,12 @@ def appo_loss(
     # critic loss, clipped around the behavior-time values
     clip_value = cfg.ppo_clip_value if cfg.ppo_clip_value > 0 else None
     loss_v = value_loss(values, step["values"].float(), targets, clip_value, valids)
-    # entropy bonus
+    # exploration: the entropy bonus, or the symmetric KL to the uniform policy
     entropy = dist.entropy()
-    loss_ent = entropy_loss(entropy, valids)
+    loss_explore = (symmetric_kl_loss(dist.symmetric_kl_with_uniform(), valids)
+                    if cfg.exploration_loss == "symmetric_kl" else entropy_loss(entropy, valids))
     # total: L = L_pi + c_v L_V + c_H L_H
-    loss = loss_pi + cfg.value_loss_coeff * loss_v + cfg.entropy_coeff * loss_ent
+    loss = loss_pi + cfg.value_loss_coeff * loss_v + cfg.entropy_coeff * loss_explore
 
     with torch.no_grad():
         log_ratio = log_prob_new.detach() - log_prob_old
@@ -127,11 +136,15 @@ def appo_loss(
             "loss": loss.detach(),
             "policy_loss": loss_pi.detach(),
             "value_loss": loss_v.detach(),
+            "exploration_loss": loss_explore.detach(),
             "entropy": masked_mean(entropy.detach(), valids),
             # k3 estimator of KL(mu || pi): E[(r - 1) - log r], always >= 0
             "kl_approx": masked_mean((ratio - 1) - log_ratio, valids),
             "clip_fraction": masked_mean(((ratio < low) | (ratio > high)).float(), valids),
             "ratio_mean": masked_mean(ratio, valids),
+            # 0 without a valid step, as the masked means
+            "ratio_min": ratio[valids].min() if bool(valids.any()) else torch.zeros(()),
+            "ratio_max": ratio[valids].max() if bool(valids.any()) else torch.zeros(()),
             "adv_mean": adv_mean,
             "adv_std": adv_std,
             "value_mean": masked_mean(values.detach(), valids),
@@ -142,3 +155,13 @@ def appo_loss(
             stats["policy_lag_mean"] = policy_lag.mean()
             stats["policy_lag_max"] = policy_lag.max()
     return loss, stats
+
+
+def bootstrap_time_outs(rewards: Tensor, values: Tensor, dones: Tensor, time_outs: Tensor,
+                        gamma: float) -> Tensor:
+    """r_t + gamma * V(x_t) where step t ended its episode by a time limit, else r_t.
+
+    V(x_{t+1}) is what the cut return would go on from, but x_{t+1} is not in the trajectory
+    (the env was reset): V(x_t) stands in for it, as in Sample Factory (good where one step's
+    reward is small beside the return). `values` in return space, `dones` float `[B, T]`."""
+    return rewards + gamma * values * time_outs.to(values.dtype) * dones

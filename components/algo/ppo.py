@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
+
+from components.algo.lr_schedule import LrScheduleName
 
 # field: (low, high, low excluded); NaN fails every comparison, so it is refused too
 _RANGES = {
@@ -17,7 +20,9 @@ _RANGES = {
     "vtrace_c_bar": (0.0, math.inf, True), "ppo_clip_ratio": (0.0, math.inf, True),
     "ppo_clip_value": (0.0, math.inf, False), "entropy_coeff": (0.0, math.inf, False),
     "value_loss_coeff": (0.0, math.inf, False), "gae_lambda": (0.0, 1.0, False),
-    "max_policy_lag": (0, math.inf, False),
+    "max_policy_lag": (0, math.inf, False), "lr_schedule_kl_threshold": (0.0, math.inf, True),
+    "lr_adaptive_min": (0.0, math.inf, True), "lr_adaptive_max": (0.0, math.inf, True),
+    "reward_clip": (0.0, math.inf, True),
 }
 
 
@@ -26,7 +31,20 @@ class AppoConfig:
     """Learner hyperparameters; defaults are Table A.5 (VizDoom) unless a field says otherwise."""
 
     lr: float = 1e-4
-    """Adam learning rate."""
+    """Learning rate (the initial one under a schedule)."""
+    optimizer: Literal["adam", "lamb"] = "adam"
+    """Adam, or LAMB (layer-wise trust ratio, :mod:`components.algo.lamb`); both take the
+    `adam_*` settings."""
+    lr_schedule: LrScheduleName = "constant"
+    """`constant`; `linear_decay` to 0 over `--max-frames`; `kl_adaptive_minibatch` /
+    `kl_adaptive_epoch`: /1.5 or x1.5 after each minibatch / epoch by its mean KL
+    (:mod:`components.algo.lr_schedule`). PBT changes `lr` only under `constant`."""
+    lr_schedule_kl_threshold: float = 0.008
+    """The KL the adaptive schedules aim at: above 2x it the rate falls, below 1/2 it rises."""
+    lr_adaptive_min: float = 1e-6
+    """Lowest rate of the adaptive schedules."""
+    lr_adaptive_max: float = 1e-2
+    """Highest rate of the adaptive schedules."""
     gamma: float = 0.99
     """Discount (the paper uses 0.995 with frameskip 2 in Deathmatch and Duel)."""
     adam_beta1: float = 0.9
@@ -51,7 +69,12 @@ class AppoConfig:
     """Largest change of the value estimate from its behavior-time value before the value loss is
     clipped (Sample Factory's default 1.0, in normalized-return space); 0 disables."""
     entropy_coeff: float = 0.003
-    """Weight of the entropy bonus (Sample Factory's `exploration_loss_coeff`)."""
+    """Weight of the exploration loss (Sample Factory's `exploration_loss_coeff`)."""
+    exploration_loss: Literal["entropy", "symmetric_kl"] = "entropy"
+    """The entropy bonus, or the symmetric KL divergence between the policy and the uniform
+    one (categorical actions only; clamped at 30 as Sample Factory)."""
+    reward_clip: float = 1000.0
+    """Rewards are clipped to [-c, c] after scaling (Sample Factory's default 1000)."""
     value_loss_coeff: float = 0.5
     """Weight of the critic loss (no extra 1/2 inside the squared error, as in Sample Factory)."""
     gae_lambda: float = 0.95
@@ -64,11 +87,22 @@ class AppoConfig:
     """Critic predicts returns normalized by running statistics (`ReturnsNormalizer`)."""
     normalize_advantage: bool = True
     """Standardize advantages over each minibatch's valid samples."""
+    shuffle_minibatches: bool = True
+    """Deal each epoch's trajectories into minibatches at random; off: in buffer order, the same
+    minibatches every epoch (Sample Factory's default is off)."""
+    value_bootstrap: bool = False
+    """At a time-limit truncation add gamma * V(x_t) to the reward of the step cut: the episode
+    did not end there, so its return goes on (Sample Factory's `value_bootstrap`, off by default
+    as there; the buffer's `time_outs` say which steps were cut). The done stays, so the
+    recurrence still stops and the RNN state is reset."""
     max_policy_lag: int = 100
     """Samples whose policy lag (learner version - behavior version) exceeds this are masked out
     of every loss term (Sample Factory 1.x default 100; they still feed V-trace's recursion)."""
 
     def __post_init__(self) -> None:
+        if self.lr_adaptive_min > self.lr_adaptive_max:
+            raise ValueError(f"lr_adaptive_min {self.lr_adaptive_min} is above lr_adaptive_max "
+                             f"{self.lr_adaptive_max}")
         for name, (low, high, low_open) in _RANGES.items():
             value = getattr(self, name)
             if not (low < value if low_open else low <= value) or not value <= high:
@@ -151,3 +185,14 @@ def value_loss(
 def entropy_loss(entropy: Tensor, valids: Tensor | None = None) -> Tensor:
     """-E[H(pi)]: minimizing it maximizes the policy's entropy."""
     return -masked_mean(entropy, valids)
+
+
+SYMMETRIC_KL_CAP = 30.0  # Sample Factory's clamp: a collapsed head must not dominate the loss
+
+
+def symmetric_kl_loss(symmetric_kl: Tensor, valids: Tensor | None = None) -> Tensor:
+    """E[(KL(pi || U) + KL(U || pi)) / 2], capped at 30 (0 if not finite): minimizing it keeps
+    the policy near uniform, Sample Factory's `symmetric_kl` exploration loss."""
+    mean = masked_mean(symmetric_kl, valids)
+    return torch.where(torch.isfinite(mean), mean, torch.zeros_like(mean)).clamp(
+        max=SYMMETRIC_KL_CAP)

@@ -11,9 +11,10 @@ Video convention: one frame per step, the frame the agent saw when it chose that
 (the first is the episode's reset frame). A video of N steps has N frames; the frame after an
 episode's last step is not shown because the env resets at once (its "next" frame is the next
 episode's first). Frames are the env's native picture: 160x120 for VizDoom (the model sees it
-resized), gymnasium's ``rgb_array`` render for ``gym:`` envs. ``.mp4`` streams through the ffmpeg
-binary shipped with ``imageio-ffmpeg``; ``.gif`` holds frames in memory until the end and, being
-GIF, merges identical consecutive frames (so it can have fewer), so keep GIFs short.
+resized), gymnasium's ``rgb_array`` render for ``gym:`` and ``mujoco_`` envs (MuJoCo through
+EGL unless ``MUJOCO_GL`` says otherwise). ``.mp4`` streams through the ffmpeg binary shipped with
+``imageio-ffmpeg``; ``.gif`` holds frames in memory until the end and, being GIF, merges
+identical consecutive frames (so it can have fewer), so keep GIFs short.
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.commands.outputs import check_writable_file
 from sfbus import BadInput
+
+if TYPE_CHECKING:
+    from components.evaluation.episode_player import Episode
 
 BAD_INPUT = 2
 _VIDEO_FORMATS = (".mp4", ".gif")
@@ -107,12 +111,15 @@ def enjoy(args: argparse.Namespace) -> int:
         if writer is not None:
             writer.close()  # also on Ctrl-C: keep what was filmed
         env.close()
-    for i, (ret, length, cut) in enumerate(episodes, 1):
-        print(f"episode {i}: return {ret:.2f}, length {length}"
-              + (" (cut at --max-steps)" if cut else ""))
-    returns = [e[0] for e in episodes]
-    lengths = [e[1] for e in episodes]
-    print(f"mean return {sum(returns) / len(returns):.2f}, mean length "
+    for i, e in enumerate(episodes, 1):
+        true = "" if math.isnan(e.true_return) else f" (true {e.true_return:.2f})"
+        print(f"episode {i}: return {e.episode_return:.2f}{true}, length {e.length}"
+              + (" (cut at --max-steps)" if e.cut else ""))
+    returns = [e.episode_return for e in episodes]
+    lengths = [e.length for e in episodes]
+    trues = [e.true_return for e in episodes if not math.isnan(e.true_return)]
+    true = f" (true {sum(trues) / len(trues):.2f})" if trues else ""
+    print(f"mean return {sum(returns) / len(returns):.2f}{true}, mean length "
           f"{sum(lengths) / len(lengths):.1f} over {len(episodes)} episodes")
     if writer is not None:
         print(f"video {video}: {writer.frames} frames, {writer.size[0]}x{writer.size[1]}")
@@ -210,8 +217,9 @@ def build_from_checkpoint(spec: Any, params: Any, state: dict) -> Any:
 
 def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bool = False,
          max_steps: int | None = None, seed: int | None = None,
-         on_frame: Callable[[], None] | None = None) -> list[tuple[float, int, bool]]:
-    """Play until ``episodes`` agent-episodes end; each is (return, length, cut at max_steps).
+         on_frame: Callable[[], None] | None = None) -> list[Episode]:
+    """Play until ``episodes`` agent-episodes end: return, length, the env's unshaped score
+    (true return) and whether ``max_steps`` cut it.
 
     ``on_frame`` is called before every step (the frame the agent is about to act on).
     """
@@ -229,19 +237,22 @@ def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bo
         player.play(sys.maxsize, episodes)  # in one go: no event loop to yield to
     finally:
         torch.set_num_threads(threads)
-    return [(e.episode_return, e.length, e.cut) for e in player.episodes[:episodes]]
+    return player.episodes[:episodes]
 
 
 def make_play_env(params: Any, *, render: bool) -> Any:
     """The env the policy of ``params`` trained on (``render``: with frames for a video)."""
     from components.envs import make_env
+    from components.envs.action_bounds import bound_actions
 
     kwargs = dict(params.env_kwargs)
-    if render and params.env.startswith("gym:"):
+    if render and params.env.startswith(("gym:", "mujoco_")):
         kwargs.setdefault("render_mode", "rgb_array")
-        # gymnasium draws with pygame, whose SDL would look for a display and complain on stderr
+        # gymnasium draws with pygame, whose SDL would look for a display and complain on stderr;
+        # MuJoCo with GLFW, which needs one (a fatal error without): EGL renders headless.
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    return make_env(params.env, **kwargs)
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    return bound_actions(make_env(params.env, **kwargs), params.model.action_bounds)
 
 
 def frame_source(env: Any, name: str) -> tuple[Callable[[], Any], float]:
@@ -249,8 +260,10 @@ def frame_source(env: Any, name: str) -> tuple[Callable[[], Any], float]:
     render = getattr(env, "render", None)
     if callable(render):  # VizDoom's native frame (and any env of ours with a render())
         return render, _DOOM_TICS_PER_SECOND / env.spec.frameskip
-    inner = getattr(env, "env", None)  # a gymnasium env inside our adapter
-    if inner is not None and getattr(inner, "render_mode", None) == "rgb_array":
+    inner = getattr(env, "env", None)  # a gymnasium env inside our adapter (and its wrappers)
+    while inner is not None and getattr(inner, "render_mode", None) != "rgb_array":
+        inner = getattr(inner, "env", None)
+    if inner is not None:
         return inner.render, float(inner.metadata.get("render_fps") or 30)
     raise EnjoyError(f"--video: env {name} has no frames to record (no render() method)")
 

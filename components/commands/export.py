@@ -1,12 +1,13 @@
 """``sfbus export RUN_DIR --onnx OUT.onnx``: a trained policy as an ONNX model.
 
 The model maps observations (and the recurrent state) to the action distribution and the value,
-for any batch size. Inputs: one per observation key, in the env's dtype and shape with a leading
-batch axis (``obs`` first, e.g. uint8 ``[B, 3, 72, 128]`` for VizDoom, then ``measurements`` where
-the model reads it), then ``rnn_state`` float32 ``[B, S]`` for a GRU / LSTM core (zeros at an
-episode's start; absent for ``core: none``). Outputs: ``action_logits`` (the concatenated logits
-of the categorical heads, or the Gaussian mean), ``log_std`` (Gaussian actions only), ``value``
-``[B]`` in return units, and ``rnn_state_out`` (recurrent cores), to feed back with the next step.
+for any batch size. Inputs: one per observation key the model's encoder reads, in the env's key
+order, dtype and shape with a leading batch axis (e.g. uint8 ``obs`` ``[B, 3, 72, 128]`` for
+VizDoom, then ``measurements`` where the model reads it), then ``rnn_state`` float32 ``[B, S]``
+for a recurrent core (zeros at an episode's start; absent for ``core: none``). Outputs:
+``action_logits`` (the concatenated logits of the categorical heads, or the Gaussian mean),
+``log_std`` (Gaussian actions only), ``value`` ``[B]`` in return units, and ``rnn_state_out``
+(recurrent cores), to feed back with the next step.
 
 Folded into the graph: the observation normalizer's running statistics as the learner last
 published them, and the returns normalizer (so ``value`` needs no de-normalizing). The encoder
@@ -34,6 +35,7 @@ from components.commands.enjoy import (
 )
 from components.commands.outputs import check_writable_file
 from components.envs import EnvSpec
+from components.models.core import Core
 from components.models.policy import Policy
 from sfbus import BadInput, SfbusError
 
@@ -102,8 +104,7 @@ class OnnxPolicy(nn.Module):
         super().__init__()
         self.model = copy.deepcopy(policy.model).float().eval()
         self.model.encoder.precision = "float32"
-        reads_measurements = self.model.encoder.measurements is not None
-        self.keys = ["obs", *(["measurements"] if reads_measurements else [])]
+        self.keys = list(self.model.encoder.keys)
         self.clip: dict[str, float] = {}
         for key, stats in policy.obs_normalizer.stats.items():
             # x * scale / std - mean / std, the normalizer's own arithmetic as two constants
@@ -128,9 +129,10 @@ class OnnxPolicy(nn.Module):
         recurrent = self.model.state_size > 0
         state = inputs[len(self.keys)] if recurrent else torch.zeros(inputs[0].shape[0], 0)
         core_out, new_state = self._core_step(self.model.encoder(obs), state)
-        outputs = [self.model.actor(core_out)]
-        if self.model.log_std is not None:
-            outputs.append(self.model.log_std.expand_as(outputs[0]))
+        dist = self.model.distribution(core_out)
+        outputs = [dist.params]
+        if not dist.is_categorical:
+            outputs.append(dist.log_std)
         value = self.model.critic(core_out).squeeze(-1)
         outputs.append(value * self.value_std + self.value_mean)
         if recurrent:
@@ -139,7 +141,10 @@ class OnnxPolicy(nn.Module):
 
     def _core_step(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """One step of the GRU / LSTM as its cell equations (torch's gate order): torch.export
-        cannot trace ``nn.GRU`` itself (it loops over a sequence), and a step needs no loop."""
+        cannot trace ``nn.GRU`` itself (it loops over a sequence), and a step needs no loop.
+        A user's core is traced through its own ``step``."""
+        if not isinstance(self.model.core, Core):
+            return self.model.core.step(x, state)
         rnn = self.model.core.rnn
         if rnn is None:
             return x, state
@@ -163,7 +168,7 @@ class OnnxPolicy(nn.Module):
         """The ONNX model's input and output names, in order."""
         recurrent = self.model.state_size > 0
         inputs = [*self.keys, *(["rnn_state"] if recurrent else [])]
-        outputs = ["action_logits", *(["log_std"] if self.model.log_std is not None else []),
+        outputs = ["action_logits", *(["log_std"] if self.model.action_dim is not None else []),
                    "value", *(["rnn_state_out"] if recurrent else [])]
         return inputs, outputs
 

@@ -2,8 +2,9 @@
 
 Every rollout worker owns one trajectory buffer, ``<worker>.traj.<field>``, each field shaped
 ``[slots, T+1, ...]``: step ``t`` holds the observation and RNN state the action at ``t`` was
-computed from, that action, its log-probability and value, the reward and done that followed, and
-the policy id and version that acted. Step ``T`` holds the observation (and state) after the last
+computed from, that action, its log-probability and value, the reward and done that followed (and
+whether that done was a time limit's truncation rather than a termination), and the policy id and
+version that acted. Step ``T`` holds the observation (and state) after the last
 action, for bootstrapping; it is also copied into step 0 of the worker's next slot.
 
 With ``sampling: batched`` the fields are shaped ``[blocks, T+1, rows, ...]`` instead (a block is
@@ -34,8 +35,8 @@ from sfbus import ActorContext, ArraySpec, SlotPool
 
 Index = int | slice | np.ndarray
 """Slots or steps of a trajectory buffer: one, a range, or an integer array."""
-STEP_FIELDS = ("rnn", "actions", "log_probs", "values", "rewards", "dones", "versions",
-               "policies")
+STEP_FIELDS = ("rnn", "actions", "log_probs", "values", "rewards", "dones", "time_outs",
+               "versions", "policies")
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class TrajectoryLayout:
             "values": (steps, "float32"),
             "rewards": (steps, "float32"),
             "dones": (steps, "uint8"),
+            "time_outs": (steps, "uint8"),  # the done was a truncation (value_bootstrap)
             "versions": (steps, "int64"),
             "policies": (steps, "int64"),
         })

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from sfbus import Message
 
 
@@ -104,7 +106,8 @@ class RolloutProgress(Message, frozen=True):
 
 
 class TrainingStats(Message, frozen=True):
-    """One training step of the learner of ``policy``: losses and health figures."""
+    """One training step of the learner of ``policy``: losses and health figures (every float
+    field is one of :data:`TRAINING_FIGURES`, written to TensorBoard and Prometheus)."""
 
     policy: int
     version: int
@@ -120,3 +123,46 @@ class TrainingStats(Message, frozen=True):
     lag_max: float
     clip_fraction: float
     train_seconds: float
+    exploration_loss: float = math.nan
+    ratio_mean: float = math.nan
+    ratio_min: float = math.nan
+    ratio_max: float = math.nan
+    adv_mean: float = math.nan
+    adv_std: float = math.nan
+    value_mean: float = math.nan
+    target_mean: float = math.nan
+    valid_fraction: float = math.nan
+    lag_min: float = math.nan
+    lag_p50: float = math.nan
+    lag_p90: float = math.nan
+    learner_fps: float = math.nan
+
+
+TRAINING_FIGURES: dict[str, str] = {
+    "policy_loss": "PPO's clipped surrogate loss, mean over the batch's minibatches",
+    "value_loss": "critic loss (before value_loss_coeff)",
+    "exploration_loss": "entropy or symmetric-KL exploration loss (before its coefficient)",
+    "entropy": "policy entropy over valid steps",
+    "kl": "approximate KL(behaviour || current) before each step (k3 estimator)",
+    "clip_fraction": "share of valid steps whose ratio lies outside the clipping range",
+    "ratio_mean": "mean importance ratio pi / mu over valid steps",
+    "ratio_min": "smallest importance ratio of the batch",
+    "ratio_max": "largest importance ratio of the batch",
+    "adv_mean": "mean advantage (before normalisation)",
+    "adv_std": "advantage standard deviation (before normalisation)",
+    "value_mean": "mean value prediction (normalised-return space)",
+    "target_mean": "mean value target (V-trace or GAE, return space)",
+    "valid_fraction": "share of the batch's steps trained on (the rest lag too much or belong "
+                      "to another policy)",
+    "lag_mean": "mean policy lag (versions) of the policy's steps in the batch",
+    "lag_min": "smallest policy lag of those steps",
+    "lag_p50": "their median policy lag",
+    "lag_p90": "their 90th-percentile policy lag",
+    "lag_max": "their largest policy lag (above max_policy_lag: not trained on)",
+    "grad_norm": "gradient norm before clipping",
+    "lr": "learning rate after the batch",
+    "train_seconds": "seconds the batch took to train",
+    "learner_fps": "env frames trained on per second of training",
+}
+"""The learner's figures of a training step, by name (TensorBoard ``policy_<id>/<name>``,
+Prometheus ``sfbus_learner_<name>``), with what each is."""

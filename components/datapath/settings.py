@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from components.models import ModelConfig
+from components.models.registry import core_state_size
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,5 @@ class DataPathParams:
 
     @property
     def state_size(self) -> int:
-        """Width of the flat RNN state (an LSTM keeps h and c)."""
-        core = self.model.core
-        return 0 if core == "none" else self.model.core_size * (2 if core == "lstm" else 1)
+        """Width of the flat RNN state (an LSTM keeps h and c), as the model's core says."""
+        return core_state_size(self.model)

@@ -67,12 +67,18 @@ class EnvSpec:
     """Agents stepped together by one env (1 for single-agent envs)."""
     frameskip: int = 1
     """Engine frames per env step, to count env frames the way the paper does."""
+    reward_scale: float = 1.0
+    """Factor the learner applies to this env's rewards before its own `reward_scale` (Sample
+    Factory scales some scenarios' rewards inside the env, e.g. VizDoom basic's by 0.01; here
+    the env reports its game's rewards and the learner scales them)."""
 
     def __post_init__(self) -> None:
         if bool(self.action_heads) == (self.action_box is not None):
             raise ValueError("an EnvSpec needs exactly one of action_heads or action_box")
         if self.num_agents < 1 or self.frameskip < 1:
             raise ValueError("num_agents and frameskip must be >= 1")
+        if not 0.0 < self.reward_scale < math.inf:
+            raise ValueError(f"reward_scale must be positive and finite, not {self.reward_scale}")
 
     @property
     def is_continuous(self) -> bool:

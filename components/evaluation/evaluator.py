@@ -41,7 +41,6 @@ episodes count.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import math
 import time
@@ -56,6 +55,7 @@ import torch
 from components.datapath.buffers import PolicyWeights, flat_size
 from components.datapath.settings import DataPathParams
 from components.envs import EnvError, make_env
+from components.envs.action_bounds import bound_actions
 from components.evaluation.episode_player import EpisodePlayer
 from components.models.policy import build_policy
 from components.monitoring.stats import Stats
@@ -185,7 +185,8 @@ class Evaluator(Actor):
             # writers never share one folder (TensorBoard may skip an older file's events).
             self.writer = SummaryWriter(str(Path(run_dir, "tensorboard", self.name)))
         self._declare_metrics()
-        self.make_env = functools.partial(make_env, p.env, **p.env_kwargs)
+        self.make_env = lambda: bound_actions(make_env(p.env, **p.env_kwargs),
+                                              p.model.action_bounds)
         self.player = await self._in_thread(
             lambda: EpisodePlayer(self.make_env(), p.state_size, p.deterministic))
         self._loop_task = self.spawn(self._rounds(), "evaluation rounds")

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from components.algo import appo_loss
+from components.algo.lr_schedule import LrSchedule
+from components.envs import EnvSpec
 from components.learning.distributed import Peers
 from components.learning.faults import NumericsGuard
 from components.learning.training_state import TrainingState
@@ -25,22 +27,31 @@ if TYPE_CHECKING:
     from components.learning.learner import Learner
 
 Batch = dict[str, Any]
-MEAN_STATS = {"policy_loss": "policy_loss", "value_loss": "value_loss", "entropy": "entropy",
-              "kl": "kl_approx", "clip_fraction": "clip_fraction"}
-"""appo_loss's figures averaged over a batch's steps, by their ``TrainingStats`` names."""
+LOSS_FIGURES = {"policy_loss": "policy_loss", "value_loss": "value_loss",
+                "exploration_loss": "exploration_loss", "entropy": "entropy", "kl": "kl_approx",
+                "clip_fraction": "clip_fraction", "ratio_mean": "ratio_mean",
+                "ratio_min": "ratio_min", "ratio_max": "ratio_max", "adv_mean": "adv_mean",
+                "adv_std": "adv_std", "value_mean": "value_mean", "target_mean": "target_mean"}
+"""appo_loss's figures of each minibatch, by their ``TrainingStats`` names; a batch reports
+their mean over its minibatches (the smallest and largest ratio: min and max)."""
+_BATCH_REDUCE = {"ratio_min": min, "ratio_max": max}
 _IMAGE_STAT_STRIDE = 8
 
 
 class AppoUpdate:
     """APPO epochs over one batch at a time, on ``training``; ``population`` says which steps
-    count, ``numerics`` keeps and puts back the last good state."""
+    count, ``numerics`` keeps and puts back the last good state; ``spec`` gives the env's
+    frameskip and reward scale. The learning rate follows ``appo.lr_schedule``."""
 
     def __init__(self, training: TrainingState, population: PopulationMember,
-                 numerics: NumericsGuard, frameskip: int) -> None:
+                 numerics: NumericsGuard, spec: EnvSpec, max_frames: int | None = None) -> None:
         self.training = training
         self.population = population
         self.numerics = numerics
-        self.frameskip = frameskip
+        self.frameskip = spec.frameskip
+        self.env_reward_scale = spec.reward_scale
+        self.max_frames = max_frames
+        """The run's --max-frames, which ``lr_schedule: linear_decay`` decays over."""
 
     def __call__(self, batch: Batch, params: Learner.Params, peers: Peers | None) -> dict[str, Any]:
         """Train on ``batch`` (``BatchCopy``'s layout, on the host) with ``params``;
@@ -66,20 +77,36 @@ class AppoUpdate:
         valids = self.population.valid_steps(batch)  # another policy's steps feed V-trace only
         data = {"obs": obs, "rnn_states": batch["rnn"], "actions": batch["actions"],
                 "log_probs": batch["log_probs"], "values": batch["values"],
-                "rewards": batch["rewards"] * params.reward_scale, "dones": batch["dones"],
+                "rewards": (batch["rewards"] * (params.reward_scale * self.env_reward_scale)
+                            ).clamp(-cfg.reward_clip, cfg.reward_clip),
+                "dones": batch["dones"],
+                "time_outs": batch["time_outs"],
                 "policy_versions": batch["versions"], "valids": valids,
                 "learner_version": t.version}
         figures: list[dict[str, float]] = []
         norms: list[float] = []
         skipped = 0
+        schedule = LrSchedule(cfg.lr_schedule, cfg.lr, cfg.lr_schedule_kl_threshold,
+                              cfg.lr_adaptive_min, cfg.lr_adaptive_max, self.max_frames)
+        batch_frames = int(valids.sum()) * self.frameskip
+        steps, done = cfg.num_epochs * cfg.num_batches_per_epoch, 0
         for _ in range(cfg.num_epochs):
-            for index in t.minibatches(len(valids), cfg.num_batches_per_epoch):
+            kls: list[float] = []
+            for index in t.minibatches(len(valids), cfg.num_batches_per_epoch,
+                                       cfg.shuffle_minibatches):
                 loss_figures, grad_norm = self._sgd_step(
                     data if index is None else _select(data, index), params, peers)
                 skipped += grad_norm is None
                 self.numerics.after_step(grad_norm is not None)  # N bad: last good state
                 figures += [loss_figures] if loss_figures is not None else []
                 norms += [grad_norm] if grad_norm is not None else []
+                done += 1
+                if loss_figures is not None:
+                    kls.append(loss_figures["kl"])
+                    t.set_lr(schedule.after_minibatch(
+                        t.lr, kls, t.env_frames + batch_frames * done / steps))
+            if kls:
+                t.set_lr(schedule.after_epoch(t.lr, kls))
         lag = (t.version - batch["versions"]).float()
         samples = int(valids.sum())
         t.version += 1
@@ -88,17 +115,24 @@ class AppoUpdate:
         t.env_frames += samples * self.frameskip
         if peers is not None:
             peers.record_batch(t.version, samples, cfg.num_epochs)
-        result: dict[str, Any] = {k: _mean([f[k] for f in figures]) for k in MEAN_STATS}
+        result: dict[str, Any] = {
+            k: _BATCH_REDUCE.get(k, _mean)([f[k] for f in figures]) if figures else math.nan
+            for k in LOSS_FIGURES}
+        own_lags = lag[valids]  # the steps of this policy, those lagging too much included
+        low, median, p90 = (own_lags.quantile(torch.tensor([0.0, 0.5, 0.9], device=lag.device))
+                            .tolist() if own_lags.numel() else [math.nan] * 3)
         result.update(
             grad_norm=_mean(norms), skipped=skipped, samples=samples,
+            valid_fraction=float((valids & (lag <= cfg.max_policy_lag)).float().mean()),
             lag_mean=float(lag[valids].mean()) if samples else 0.0,
             lag_max=float(lag[valids].max()) if samples else 0.0,
+            lag_min=low, lag_p50=median, lag_p90=p90,
             trajectory_lags=_row_means(lag, valids), train_seconds=time.perf_counter() - start)
         return result
 
     def _sgd_step(self, minibatch: Batch, params: Learner.Params, peers: Peers | None,
                   ) -> tuple[dict[str, float] | None, float | None]:
-        """One Adam step: (loss figures, grad norm), None where non-finite (the step skipped)."""
+        """One optimizer step: (loss figures, grad norm), None where non-finite (skipped)."""
         cfg, t = params.appo, self.training
         rn = t.returns_normalizer
         # appo_loss updates the returns statistics; a skipped step must not poison them.
@@ -114,7 +148,7 @@ class AppoUpdate:
             if rn is not None:
                 rn.load_state_dict(saved)
             return None, None
-        figures = {name: float(stats[key]) for name, key in MEAN_STATS.items()}
+        figures = {name: float(stats[key]) for name, key in LOSS_FIGURES.items()}
         grad_norm = torch.nn.utils.clip_grad_norm_(
             t.policy.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)
         if not torch.isfinite(grad_norm):

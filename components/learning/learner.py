@@ -32,6 +32,7 @@ import torch
 from components.algo import AppoConfig
 from components.datapath.buffers import PolicyWeights, TrajectoryBuffer, policy_array_specs
 from components.datapath.messages import (
+    TRAINING_FIGURES,
     BatchReady,
     EpisodeFinished,
     LearnerIdle,
@@ -43,7 +44,7 @@ from components.datapath.record import DataPath
 from components.datapath.settings import DataPathParams
 from components.datapath.slot_stages import LearnerSlots
 from components.envs import env_spec
-from components.learning.appo_update import MEAN_STATS, AppoUpdate, Batch
+from components.learning.appo_update import LOSS_FIGURES, AppoUpdate, Batch
 from components.learning.batch_copy import BatchCopy
 from components.learning.checkpoint import config_fingerprint, load_newest
 from components.learning.checkpoint_schedule import Kind, LearnerCheckpoints
@@ -68,7 +69,6 @@ from sfbus import (
 
 _T = TypeVar("_T")
 _LAG_BUCKETS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
-_GAUGES = ("policy_loss", "value_loss", "entropy", "kl", "grad_norm", "lr", "train_seconds")
 
 
 class Learner(Actor):
@@ -87,7 +87,8 @@ class Learner(Actor):
         appo: AppoConfig = field(default_factory=AppoConfig)
         """APPO hyperparameters (``--set appo.lr=...``)."""
         reward_scale: float = 1.0
-        """Rewards are multiplied by this before the loss (Sample Factory: 0.01 on doom_basic)."""
+        """Rewards are multiplied by this, and by the env's own scale (``EnvSpec.reward_scale``:
+        0.01 on doom_basic, as Sample Factory), before the loss."""
         checkpoint_every_s: float = 120.0
         """Seconds between checkpoints (one more is written at a graceful stop)."""
         keep_checkpoints: int = 3
@@ -163,16 +164,9 @@ class Learner(Actor):
                                                 "periodic checkpoints that could not be written")
         self._m_lag = m.histogram("policy_lag", "mean policy lag of each trained trajectory",
                                   _LAG_BUCKETS)
-        self._m_gauges = {key: m.gauge(key, doc) for key, doc in (
-            ("policy_loss", "policy loss of the last batch"),
-            ("value_loss", "value loss of the last batch"),
-            ("entropy", "policy entropy of the last batch"),
-            ("kl", "approximate KL(behavior || current) of the last batch"),
-            ("grad_norm", "gradient norm before clipping, last batch"),
-            ("lr", "learning rate"),
-            ("version", "published weights version"),
-            ("train_seconds", "seconds the last batch took to train"),
-        )}
+        self._m_gauges = {key: m.gauge(key, f"{doc}, last batch")
+                          for key, doc in TRAINING_FIGURES.items()}
+        self._m_gauges["version"] = m.gauge("version", "published weights version")
 
     @classmethod
     def shared_arrays(cls, name: str, params: Any, topology: Topology,
@@ -196,8 +190,15 @@ class Learner(Actor):
                                            run_dir, self.log, self.name)
         self._numerics = NumericsGuard(self.training, p.max_bad_updates, p.good_state_every,
                                        self.log, self.name, self._m_restores)
+        max_frames = None if self.context is None else self.context.limits.max_frames
+        if p.appo.lr_schedule == "linear_decay" and not max_frames:
+            raise ValueError(f"{self.name}: appo.lr_schedule linear_decay decays the rate over "
+                             "the run's --max-frames; give --max-frames or another schedule")
+        if p.appo.exploration_loss == "symmetric_kl" and self.spec.is_continuous:
+            raise ValueError(f"{self.name}: appo.exploration_loss symmetric_kl needs categorical "
+                             f"actions; env {p.env!r} has continuous ones (use entropy)")
         self.update = AppoUpdate(self.training, self.population, self._numerics,
-                                 self.spec.frameskip)
+                                 self.spec, max_frames)
 
     async def on_start(self) -> None:
         """Build, attach the workers' buffers, resume from a checkpoint, publish, say idle."""
@@ -304,16 +305,24 @@ class Learner(Actor):
             self._warn.warning("skipped", "%s: skipped %d optimizer steps with a non-finite loss "
                                "or gradient (%d so far)", self.name, r["skipped"],
                                self.skipped_steps)
+        if r["valid_fraction"] < 0.5:
+            self._warn.warning("invalid", "%s: only %.0f%% of a batch's steps were valid (the rest "
+                               "lagged more than appo.max_policy_lag versions or belonged to "
+                               "another policy): learning slows; lower the lag (fewer "
+                               "num_batches_to_accumulate, a faster learner) or raise the limit",
+                               self.name, 100 * r["valid_fraction"])
         self._m_samples.inc(r["samples"])
         for lag in r["trajectory_lags"]:
             self._m_lag.observe(lag)
         stats = TrainingStats(
             policy=self.params.policy, version=self.training.version,
             env_frames=self.training.env_frames,
-            lr=float(self.training.optimizer.param_groups[0]["lr"]),
-            **{k: r[k] for k in (*MEAN_STATS, "samples", "grad_norm", "lag_mean", "lag_max",
+            lr=self.training.lr,
+            learner_fps=r["samples"] * self.spec.frameskip / max(r["train_seconds"], 1e-9),
+            **{k: r[k] for k in (*LOSS_FIGURES, "samples", "grad_norm", "valid_fraction",
+                                 "lag_mean", "lag_min", "lag_p50", "lag_p90", "lag_max",
                                  "train_seconds")})
-        for key in _GAUGES:
+        for key in TRAINING_FIGURES:
             self._m_gauges[key].set(getattr(stats, key))
         self.training_stats.emit(stats)
 

@@ -1,11 +1,11 @@
 """One policy's training state: what training changes, on the device it trains on.
 
-:class:`TrainingState` holds the policy (model and observation normalizer), Adam, the returns
-normalizer, the minibatch shuffle's generator and the counters (version, env frames, training
-steps, samples). Everything that reads or replaces it goes through it: checkpoints, the numerics
-guard's last good state (:mod:`components.learning.faults`), the distributed group's rank-0 state
-(:mod:`components.learning.distributed`) and PBT's weight exchange
-(:mod:`components.pbt.member`).
+:class:`TrainingState` holds the policy (model and observation normalizer), the optimizer (Adam or
+LAMB, with the learning rate a schedule moves), the returns normalizer, the minibatch shuffle's
+generator and the counters (version, env frames, training steps, samples). Everything that reads or
+replaces it goes through it: checkpoints, the numerics guard's last good state
+(:mod:`components.learning.faults`), the distributed group's rank-0 state
+(:mod:`components.learning.distributed`) and PBT's weight exchange (:mod:`components.pbt.member`).
 
 It lives on one ``torch.device`` (the CPU unless told otherwise). Checkpoints stay
 device-independent: :meth:`TrainingState.state_dict` gives CPU tensors and
@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from components.algo import AppoConfig, ReturnsNormalizer
+from components.algo.lamb import Lamb
 from components.models.policy import Policy
 
 # The keys of state_dict() beside the learned state, each an integer.
@@ -35,14 +36,17 @@ class TrainingState:
     def __init__(self, policy: Policy, appo: AppoConfig, seed: int = 0,
                  device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
-        """Where the policy, Adam's moments and the normalizers live and the batches go."""
+        """Where the policy, the optimizer's moments and the normalizers live and batches go."""
         self.policy = policy.to(self.device).train()
         self.returns_normalizer = (ReturnsNormalizer().to(self.device)
                                    if appo.normalize_returns else None)
-        # fused: one kernel per parameter instead of a dozen ops (clip + Adam 12 -> 4 ms here)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=appo.lr, fused=True,
-                                          betas=(appo.adam_beta1, appo.adam_beta2),
-                                          eps=appo.adam_eps)
+        betas = (appo.adam_beta1, appo.adam_beta2)
+        # Adam fused: one kernel per parameter instead of a dozen ops (clip + Adam 12 -> 4 ms here)
+        self.optimizer: torch.optim.Optimizer = (
+            Lamb(self.policy.parameters(), lr=appo.lr, betas=betas, eps=appo.adam_eps)
+            if appo.optimizer == "lamb" else
+            torch.optim.Adam(self.policy.parameters(), lr=appo.lr, fused=True, betas=betas,
+                             eps=appo.adam_eps))
         # On the CPU whatever the device: the same seed shuffles the same minibatches, and a
         # checkpoint's generator state loads on any device.
         self.rng = torch.Generator().manual_seed(seed)
@@ -56,24 +60,37 @@ class TrainingState:
         """Agent steps trained on."""
 
     def set_hyperparameters(self, appo: AppoConfig) -> None:
-        """Make Adam use ``appo``'s learning rate, betas and epsilon (PBT changes them)."""
+        """Make the optimizer use ``appo``'s betas, epsilon and (under a constant schedule; a
+        schedule owns the rate otherwise) learning rate: PBT changes them."""
         for group in self.optimizer.param_groups:
-            group["lr"] = appo.lr
+            if appo.lr_schedule == "constant":
+                group["lr"] = appo.lr
             group["betas"] = (appo.adam_beta1, appo.adam_beta2)
             group["eps"] = appo.adam_eps
+
+    @property
+    def lr(self) -> float:
+        """The optimizer's learning rate now (saved with its state in checkpoints)."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def set_lr(self, lr: float) -> None:
+        """Set the optimizer's learning rate (a schedule's next value)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     def to_device(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``batch`` on the training device: the one place host memory enters it (on the CPU
         the same tensors, no copy)."""
         return {key: value.to(self.device, non_blocking=True) for key, value in batch.items()}
 
-    def minibatches(self, num: int, parts: int) -> tuple[torch.Tensor | None, ...]:
-        """Shuffled indices of ``num`` trajectories in ``parts`` minibatches, on the device
-        (``(None,)``: one minibatch, the whole batch in its order)."""
+    def minibatches(self, num: int, parts: int,
+                    shuffle: bool = True) -> tuple[torch.Tensor | None, ...]:
+        """Indices of ``num`` trajectories in ``parts`` minibatches, on the device, shuffled or
+        in buffer order (``(None,)``: one minibatch, the whole batch in its order)."""
         if parts == 1:
             return (None,)
-        order = torch.randperm(num, generator=self.rng).to(self.device)
-        return order.tensor_split(parts)
+        order = torch.randperm(num, generator=self.rng) if shuffle else torch.arange(num)
+        return order.to(self.device).tensor_split(parts)
 
     # ----- what is learned: policy, Adam, returns normalizer ---------------------------------
 

@@ -1,4 +1,5 @@
-"""The actor-critic network: encoder -> (GRU | LSTM | none) core -> actor and critic heads."""
+"""The actor-critic network: encoder -> core (GRU | LSTM | none | a user's) -> actor and critic
+heads."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from components.models.config import ModelConfig
 from components.models.core import Core
 from components.models.distributions import ActionDistribution
 from components.models.encoders import ObsEncoder
+from components.models.gaussian_head import GaussianHead
+from components.models.parts import build_core, build_encoder
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,8 @@ class StepOutput:
 
 
 class ActorCritic(nn.Module):
-    """The paper's `simplified` / `full` model (supplement A.1.3, Figure A.1)."""
+    """Encoder -> core -> heads: by default the paper's model (supplement A.1.3, Figure A.1),
+    else the encoder and core the config names (docs/MODELS.md)."""
 
     def __init__(
         self,
@@ -46,13 +50,16 @@ class ActorCritic(nn.Module):
         self.cfg = cfg
         self.action_heads = tuple(action_heads) if action_heads is not None else None
         self.action_dim = action_dim
-        self.encoder = ObsEncoder(obs_spec, cfg)
-        self.core = Core(self.encoder.out_size, cfg)
+        # Built-in or the user's (docs/MODELS.md), by name or import path: the one door
+        self.encoder = build_encoder(obs_spec, cfg)
+        self.core = build_core(self.encoder.out_size, cfg)
+        self._state_size = type(self.core).state_size_for(cfg)
         # One fused Linear for all categorical heads: the same as one Linear per head (its rows
         # split per head), in one matmul.
-        num_outputs = sum(self.action_heads) if self.action_heads is not None else action_dim
-        self.actor = nn.Linear(self.core.out_size, num_outputs)
-        self.log_std = nn.Parameter(torch.zeros(action_dim)) if action_dim is not None else None
+        self.actor: nn.Linear | GaussianHead = (
+            nn.Linear(self.core.out_size, sum(self.action_heads))
+            if self.action_heads is not None
+            else GaussianHead(self.core.out_size, action_dim, cfg))
         self.critic = nn.Linear(self.core.out_size, 1)
         self._init_weights()
 
@@ -62,25 +69,30 @@ class ActorCritic(nn.Module):
         # doom_basic's policy at exactly uniform: entropy 1.3863 -> 1.3775 after 90 updates even
         # with per-pixel input normalization, where gain 1 learns (mean reward +38 at ~370k
         # frames): the small head scales the policy gradient reaching the core and encoder by 0.01.
-        for module in self.encoder.modules():
-            if isinstance(module, nn.Linear | nn.Conv2d):
-                nn.init.orthogonal_(module.weight, gain=math.sqrt(2.0))
-                nn.init.zeros_(module.bias)
-        if self.core.rnn is not None:
+        # A user's encoder and core keep their own initialization.
+        if isinstance(self.encoder, ObsEncoder):
+            for module in self.encoder.modules():
+                if isinstance(module, nn.Linear | nn.Conv2d):
+                    nn.init.orthogonal_(module.weight, gain=math.sqrt(2.0))
+                    nn.init.zeros_(module.bias)
+        if isinstance(self.core, Core) and self.core.rnn is not None:
             for name, param in self.core.rnn.named_parameters():
                 if name.startswith("weight"):
                     nn.init.orthogonal_(param)
                 else:
                     nn.init.zeros_(param)
-        nn.init.orthogonal_(self.actor.weight, gain=1.0)
-        nn.init.zeros_(self.actor.bias)
+        if isinstance(self.actor, GaussianHead):
+            self.actor.reset_parameters()
+        else:
+            nn.init.orthogonal_(self.actor.weight, gain=1.0)
+            nn.init.zeros_(self.actor.bias)
         nn.init.orthogonal_(self.critic.weight, gain=1.0)
         nn.init.zeros_(self.critic.bias)
 
     @property
     def state_size(self) -> int:
         """Width of the flat RNN state (0 without a core)."""
-        return self.core.state_size
+        return self._state_size
 
     def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> Tensor:
         """Zeros `[batch_size, state_size]`: the state at the start of an episode."""
@@ -88,10 +100,9 @@ class ActorCritic(nn.Module):
 
     def distribution(self, core_out: Tensor) -> ActionDistribution:
         """The action distribution for core outputs of any leading shape."""
-        params = self.actor(core_out)
-        if self.action_heads is not None:
-            return ActionDistribution(logits=params, action_heads=self.action_heads)
-        return ActionDistribution(mean=params, log_std=self.log_std)
+        if self.action_heads is None:
+            return self.actor(core_out)
+        return ActionDistribution(logits=self.actor(core_out), action_heads=self.action_heads)
 
     def forward_step(
         self, obs: dict[str, Tensor], rnn_state: Tensor, deterministic: bool = False,

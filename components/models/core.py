@@ -1,5 +1,9 @@
 """Recurrent core with a flat `[B, state_size]` state, so it fits one shared-memory field.
 
+The built-in cores (`gru`, `lstm`, `none`) below follow the protocol a user's core follows too
+(docs/MODELS.md): built as `Core(in_size, cfg)`, with `state_size_for(cfg)` (a class method: the
+data path sizes its buffers before any model exists), `out_size`, `step` and `sequence`.
+
 State conventions (shared by `step` and `sequence`):
 
 - GRU: the state is `h`, `state_size == core_size`.
@@ -15,6 +19,7 @@ means the episode ended *after* step t, so the state entering step t + 1 is mult
 from __future__ import annotations
 
 import itertools
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -23,19 +28,27 @@ from components.models.config import ModelConfig
 
 
 class Core(nn.Module):
-    """Single-layer GRU / LSTM (or identity) over encoder features."""
+    """Single-layer GRU / LSTM (or identity) over encoder features: the built-in cores, each
+    registered by name (``gru``, ``lstm``, ``none``) as one of the subclasses below."""
+
+    kind: ClassVar[str]
+    """``gru``, ``lstm`` or ``none``."""
 
     def __init__(self, in_size: int, cfg: ModelConfig) -> None:
         super().__init__()
-        self.kind = cfg.core
         self.rnn: nn.GRU | nn.LSTM | None = None
-        if cfg.core == "gru":
+        if self.kind == "gru":
             self.rnn = nn.GRU(in_size, cfg.core_size, batch_first=True)
-        elif cfg.core == "lstm":
+        elif self.kind == "lstm":
             self.rnn = nn.LSTM(in_size, cfg.core_size, batch_first=True)
         self.core_size = cfg.core_size
         self.out_size = cfg.core_size if self.rnn is not None else in_size
-        self.state_size = {"gru": cfg.core_size, "lstm": 2 * cfg.core_size, "none": 0}[cfg.core]
+        self.state_size = self.state_size_for(cfg)
+
+    @classmethod
+    def state_size_for(cls, cfg: ModelConfig) -> int:
+        """Width of the flat state for ``cfg`` (the data path sizes its buffers with it)."""
+        return {"gru": cfg.core_size, "lstm": 2 * cfg.core_size, "none": 0}[cls.kind]
 
     def _run(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """Run the RNN over `x [B, L, H]` from the flat `state [B, S]`."""
@@ -72,3 +85,21 @@ class Core(nn.Module):
             out, state = self._run(x[:, start:end], state)
             outputs.append(out)
         return torch.cat(outputs, dim=1)
+
+
+class GruCore(Core):
+    """The GRU core (``core: gru``), the paper's final VizDoom agents'."""
+
+    kind = "gru"
+
+
+class LstmCore(Core):
+    """The LSTM core (``core: lstm``): state ``[h, c]``."""
+
+    kind = "lstm"
+
+
+class IdentityCore(Core):
+    """No core (``core: none``): the encoder's features go straight to the heads."""
+
+    kind = "none"

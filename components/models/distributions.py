@@ -73,6 +73,19 @@ class ActionDistribution:
             return torch.stack(per_head, dim=-1).sum(-1)
         return (self.log_std + 0.5 + _LOG_SQRT_2PI).sum(-1)
 
+    def symmetric_kl_with_uniform(self) -> Tensor:
+        """(KL(pi || U) + KL(U || pi)) / 2 `[...]` per categorical head against its uniform
+        distribution, summed over heads; categorical heads only."""
+        if not self.is_categorical:
+            raise ValueError("the symmetric KL to a uniform policy needs categorical actions")
+        per_head = []
+        for lp in self.log_probs:
+            log_uniform = -math.log(lp.shape[-1])
+            forward = (lp.exp() * (lp - log_uniform)).sum(-1)
+            backward = (math.exp(log_uniform) * (log_uniform - lp)).sum(-1)
+            per_head.append(0.5 * (forward + backward))
+        return torch.stack(per_head, dim=-1).sum(-1)
+
     @torch.no_grad()
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
         """A random action (no gradient): int64 `[..., heads]` or float `[..., dim]`, drawn from

@@ -1,5 +1,6 @@
-"""Observation encoders: the paper's conv stack, the Nature CNN, a vector MLP and the
-measurements MLP."""
+"""Observation encoders: the paper's conv stack, the Nature CNN and a vector MLP as branches of
+the built-in multi-input encoder, and the runner that gives a user's encoder the same precision
+and input handling (the protocol is in docs/MODELS.md)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,11 @@ class ConvEncoder(nn.Module):
             channels = out_channels
         self.conv = nn.Sequential(*layers)
         with torch.no_grad():
-            conv_out = self.conv(torch.zeros(1, *obs_shape)).numel()
+            try:
+                conv_out = self.conv(torch.zeros(1, *obs_shape)).numel()
+            except RuntimeError:  # torch's words: "Kernel size can't be greater than ..."
+                raise ValueError(f"images of shape {list(obs_shape)} are too small for the conv "
+                                 f"stack {[f[1:] for f in filters]} (kernel, stride)") from None
         self.fc = nn.Sequential(nn.Linear(conv_out, cfg.hidden), activation(cfg.nonlinearity))
         self.out_size = cfg.hidden
 
@@ -101,43 +106,24 @@ def to_float(x: Tensor) -> Tensor:
     return x if x.dtype == torch.bfloat16 else x.float()
 
 
-class ObsEncoder(nn.Module):
-    """Encodes an observation dict: `obs` (image or vector) plus, in `full`, `measurements`."""
+class EncoderRunner(nn.Module):
+    """What the actor-critic needs of any encoder: the run's precision (bfloat16 autocast where
+    chosen), float inputs (uint8 images scaled to [0, 1]) and a float32 ``[N, out_size]`` output.
+    Subclasses encode the float observations in :meth:`encode`."""
 
-    def __init__(self, obs_spec: dict[str, tuple[tuple[int, ...], str]], cfg: ModelConfig) -> None:
-        super().__init__()
-        if "obs" not in obs_spec:
-            raise ValueError(f"obs_spec needs an 'obs' entry, got keys {sorted(obs_spec)}")
-        obs_shape = tuple(obs_spec["obs"][0])
-        kind = cfg.encoder
-        if kind == "auto":
-            kind = "conv_simple" if len(obs_shape) == 3 else "mlp"
-        self.main: nn.Module
-        convs = {"conv_simple": ConvSimpleEncoder, "nature_cnn": NatureCnnEncoder}
-        if kind in convs:
-            if len(obs_shape) != 3:
-                raise ValueError(f"{kind} needs [C, H, W] observations, got {obs_shape}")
-            self.main = convs[kind](obs_shape, cfg)
-        else:
-            if len(obs_shape) != 1:
-                raise ValueError(f"mlp encoder needs [D] observations, got {obs_shape}")
-            self.main = MlpEncoder(obs_shape[0], cfg.mlp_layers, cfg.nonlinearity)
-        self.out_size: int = self.main.out_size
-        # `auto` means bfloat16 for a conv stack only: a small MLP gains nothing from it
-        self.precision = "float32" if cfg.precision == "auto" and kind not in convs \
-            else cfg.precision
-        self.measurements: MlpEncoder | None = None
-        if cfg.architecture == "full":
-            if "measurements" not in obs_spec:
-                raise ValueError("architecture 'full' needs a 'measurements' entry in obs_spec")
-            (num_measurements,) = obs_spec["measurements"][0]
-            self.measurements = MlpEncoder(
-                num_measurements, cfg.measurements_hidden, cfg.nonlinearity
-            )
-            self.out_size += self.measurements.out_size
+    out_size: int
+    """Width of the features."""
+    keys: tuple[str, ...]
+    """The observation keys the encoder reads, in the order exported models take them."""
+    precision: str
+    """``float32`` or ``bfloat16``, or ``auto`` (bfloat16 on hardware that makes it fast)."""
+
+    def encode(self, obs: dict[str, Tensor]) -> Tensor:
+        """Features ``[N, out_size]`` of float observations (the keys of :attr:`keys`)."""
+        raise NotImplementedError
 
     def compute_dtype(self, device: torch.device) -> torch.dtype:
-        """The dtype the main encoder computes in on ``device``: images fed in it skip a cast."""
+        """The dtype the encoder computes in on ``device``: images fed in it skip a cast."""
         return torch.bfloat16 if uses_bf16(self.precision, device) else torch.float32
 
     def keep_weights_in_compute_dtype(self, device: torch.device) -> None:
@@ -149,11 +135,89 @@ class ObsEncoder(nn.Module):
             self.to(torch.bfloat16)
 
     def forward(self, obs: dict[str, Tensor]) -> Tensor:
-        """Encode a dict of `[N, ...]` tensors into float32 `[N, out_size]`."""
-        image = obs["obs"]
-        with torch.autocast(image.device.type, dtype=torch.bfloat16,
-                            enabled=uses_bf16(self.precision, image.device)):
-            x = self.main(to_float(image))
-            if self.measurements is not None:
-                x = torch.cat([x, self.measurements(obs["measurements"].float())], dim=1)
+        """Encode a dict of ``[N, ...]`` tensors into float32 ``[N, out_size]``."""
+        device = obs[self.keys[0]].device
+        with torch.autocast(device.type, dtype=torch.bfloat16,
+                            enabled=uses_bf16(self.precision, device)):
+            x = self.encode({key: to_float(obs[key]) for key in self.keys})
         return x.float()
+
+
+class ObsEncoder(EncoderRunner):
+    """The built-in encoder (``auto``, ``conv_simple``, ``nature_cnn``, ``mlp``): each
+    observation key the architecture reads through its own branch, the features concatenated
+    in the env's key order. An image ``[C, H, W]`` goes through the conv stack the name picks
+    (``auto``: ``conv_simple``), a vector ``[D]`` through an MLP of ``mlp_layers`` (in ``full``,
+    ``measurements`` through ``measurements_hidden``). With the one key ``obs`` this is the
+    paper's ``simplified`` model; with ``obs`` and ``measurements``, its ``full`` one."""
+
+    def __init__(self, obs_spec: dict[str, tuple[tuple[int, ...], str]], cfg: ModelConfig) -> None:
+        super().__init__()
+        self.keys = self._keys(obs_spec, cfg.architecture)
+        convs = {"conv_simple": ConvSimpleEncoder, "nature_cnn": NatureCnnEncoder}
+        conv = convs.get(cfg.encoder, ConvSimpleEncoder)
+        branches: dict[str, nn.Module] = {}
+        for key in self.keys:
+            shape = tuple(obs_spec[key][0])
+            if len(shape) == 3 and cfg.encoder != "mlp":
+                branches[key] = conv(shape, cfg)
+            elif len(shape) == 1 and (cfg.encoder in ("auto", "mlp") or key != "obs"):
+                widths = cfg.measurements_hidden if cfg.architecture == "full" and \
+                    key == "measurements" else cfg.mlp_layers
+                branches[key] = MlpEncoder(shape[0], widths, cfg.nonlinearity)
+            elif cfg.encoder == "auto":
+                raise ValueError(f"observation '{key}' of shape {list(shape)}: the built-in "
+                                 "encoders take images [C, H, W] and vectors [D]; reshape it in "
+                                 "the env or bring an encoder of your own (docs/MODELS.md)")
+            else:
+                need = "vectors [D]" if cfg.encoder == "mlp" else "images [C, H, W]"
+                raise ValueError(f"{cfg.encoder} encoder needs {need}, but observation '{key}' "
+                                 f"has shape {list(shape)}")
+        self.branches = nn.ModuleDict(branches)
+        self.out_size = sum(branch.out_size for branch in branches.values())
+        # `auto` means bfloat16 for a conv stack only: a small MLP gains nothing from it
+        has_conv = any(isinstance(b, ConvEncoder) for b in branches.values())
+        self.precision = "float32" if cfg.precision == "auto" and not has_conv else cfg.precision
+
+    @staticmethod
+    def _keys(obs_spec: dict[str, tuple[tuple[int, ...], str]],
+              architecture: str) -> tuple[str, ...]:
+        """The keys ``architecture`` reads: every key (``auto``), ``obs`` (``simplified``) or
+        ``obs`` and ``measurements`` (``full``)."""
+        if architecture == "auto":
+            if any("." in key for key in obs_spec):  # a module name cannot hold a dot
+                raise ValueError(f"observation keys {sorted(obs_spec)}: the built-in encoder "
+                                 "needs keys without '.'")
+            return tuple(obs_spec)
+        wanted = ("obs",) if architecture == "simplified" else ("obs", "measurements")
+        missing = [key for key in wanted if key not in obs_spec]
+        if missing:
+            raise ValueError(f"architecture '{architecture}' needs the observation keys "
+                             f"{list(wanted)}, but the env has {sorted(obs_spec)}")
+        return wanted
+
+    @property
+    def main(self) -> nn.Module:
+        """The branch of the main observation ``obs`` (the only one in ``simplified``)."""
+        return self.branches["obs"]
+
+    def encode(self, obs: dict[str, Tensor]) -> Tensor:
+        """The branches' features, concatenated in key order."""
+        features = [branch(obs[key]) for key, branch in self.branches.items()]
+        return features[0] if len(features) == 1 else torch.cat(features, dim=1)
+
+
+class UserEncoder(EncoderRunner):
+    """An encoder of the user's (``main``), run like the built-in one: it reads every
+    observation key; ``auto`` precision means float32 for it (bfloat16 only when asked)."""
+
+    def __init__(self, main: nn.Module, keys: tuple[str, ...], cfg: ModelConfig) -> None:
+        super().__init__()
+        self.main = main
+        self.keys = keys
+        self.out_size = main.out_size
+        self.precision = "float32" if cfg.precision == "auto" else cfg.precision
+
+    def encode(self, obs: dict[str, Tensor]) -> Tensor:
+        """The user's encoder on the whole observation dict."""
+        return self.main(obs)

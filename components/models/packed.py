@@ -18,7 +18,8 @@ from torch import Tensor, nn
 
 from components.models import precision
 from components.models.actor_critic import ActorCritic, StepOutput
-from components.models.encoders import ConvSimpleEncoder
+from components.models.core import GruCore, IdentityCore
+from components.models.encoders import ConvSimpleEncoder, ObsEncoder
 
 _CPU = torch.device("cpu")
 # Rows the packed layouts are tuned for: a rollout split of the default run. Any row count works.
@@ -34,11 +35,13 @@ def _mkldnn_ops_available() -> bool:
 
 
 def packable(model: ActorCritic) -> bool:
-    """Whether :class:`PackedStep` can run ``model``: a bfloat16 conv encoder over pixels only
-    (``simplified``), a GRU or no core, on a CPU whose oneDNN has bfloat16 kernels."""
+    """Whether :class:`PackedStep` can run ``model``: the built-in bfloat16 conv encoder over
+    the one key ``obs``, the built-in GRU or no core (a user's part runs the eager model), on a
+    CPU whose oneDNN has bfloat16 kernels."""
     encoder = model.encoder
-    return (isinstance(encoder.main, ConvSimpleEncoder) and encoder.measurements is None
-            and model.core.kind in ("gru", "none")
+    return (isinstance(encoder, ObsEncoder) and encoder.keys == ("obs",)
+            and isinstance(encoder.main, ConvSimpleEncoder)
+            and isinstance(model.core, GruCore | IdentityCore)
             and precision.uses_bf16(encoder.precision, _CPU) and _mkldnn_ops_available()
             and precision.onednn_has_bf16())
 

@@ -11,6 +11,7 @@ from components.algo import ObsNormalizer
 from components.datapath.buffers import PolicyWeights
 from components.datapath.settings import DataPathParams
 from components.envs import EnvSpec, env_spec
+from components.envs.action_bounds import ActionMap
 from components.models import ActorCritic, StepOutput
 from components.models.packed import PackedStep, packable
 
@@ -22,6 +23,8 @@ class Policy(nn.Module):
 
     def __init__(self, spec: EnvSpec, params: DataPathParams) -> None:
         super().__init__()
+        if spec.is_continuous:  # refuses a squash onto an unbounded Box, at validation
+            ActionMap(spec, params.model.action_bounds)
         obs_spec = {k: (f.shape, f.dtype) for k, f in spec.observation_space.items()}
         # normalize_input off means no normalization at all (not even clipping)
         self.obs_normalizer = ObsNormalizer(obs_spec if params.model.normalize_input else {})

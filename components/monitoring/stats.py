@@ -81,6 +81,9 @@ class Stats(Actor):
         self._fps_metric = prom.gauge("sfbus_runner_fps", "Env frames per second", ("window",))
         self._reward_metric = prom.gauge("sfbus_runner_episode_reward",
                                          "Mean episode return (moving average)", ("policy",))
+        self._true_reward_metric = prom.gauge(
+            "sfbus_runner_episode_true_reward", "Mean episode true objective, the env's unshaped "
+            "score where it reports one (moving average)", ("policy",))
         self._length_metric = prom.gauge("sfbus_runner_episode_length",
                                          "Mean episode length in env steps", ("policy",))
         self._episodes_metric = prom.counter("sfbus_runner_episodes_total", "Finished episodes",
@@ -217,6 +220,7 @@ class Stats(Actor):
             self._length_metric.labels(str(policy)).set(entry["length"])
         if stats.true_returns:
             entry["true_reward"] = sum(stats.true_returns) / len(stats.true_returns)
+            self._true_reward_metric.labels(str(policy)).set(entry["true_reward"])
         if stats.fps is not None:
             entry.update(fps=round(stats.fps, 1), fps_share=round(stats.share, 4))
         if stats.last is not None:

@@ -14,9 +14,11 @@ With ``wandb.project`` set, the same scalars also go to Weights & Biases with th
 as its config (:mod:`components.monitoring.wandb_sink`).
 
 Tags: ``policy_<id>/reward``, ``true_reward`` (the game score, where the env reports one),
-``episode_length``, ``policy_loss``, ``value_loss``, ``entropy``, ``kl``, ``grad_norm``, ``lr``,
-``lag`` (mean policy lag of the batch), ``lag_max``, ``clip_fraction``; and ``run/fps`` (env
-frames per second of the whole run, all policies).
+``episode_length``, every learner figure of
+:data:`components.datapath.messages.TRAINING_FIGURES` under its name (losses, KL, ratio,
+advantage and value statistics, valid fraction, lag quantiles, gradient norm, learning rate,
+the learner's frame rate; ``lag`` for ``lag_mean``); and ``run/fps`` (env frames per second of
+the whole run, all policies).
 """
 
 from __future__ import annotations
@@ -27,15 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.datapath.messages import EpisodeFinished, RolloutProgress, TrainingStats
+from components.datapath.messages import (
+    TRAINING_FIGURES,
+    EpisodeFinished,
+    RolloutProgress,
+    TrainingStats,
+)
 from components.monitoring.wandb_sink import WandbConfig, WandbSink
 from components.pbt.messages import HyperparamsChanged
 from sfbus import Actor, slot
 
-# TrainingStats fields written per training step, by tag name.
-_TRAINING_TAGS = {"policy_loss": "policy_loss", "value_loss": "value_loss", "entropy": "entropy",
-                  "kl": "kl", "grad_norm": "grad_norm", "lr": "lr", "lag": "lag_mean",
-                  "lag_max": "lag_max", "clip_fraction": "clip_fraction"}
+# TrainingStats fields written per training step, by tag name (the mean lag keeps its old tag).
+_TRAINING_TAGS = {"lag" if name == "lag_mean" else name: name for name in TRAINING_FIGURES}
 
 
 @dataclass

@@ -9,6 +9,14 @@ is better by no more than ``replace_threshold`` (the paper's 0.35 win-rate gap f
 counts are ``ceil(replace_fraction * n)`` of the ``n`` policies with an objective, as in Sample
 Factory. Parameters in ``(0, 1)`` that live close to 1 (Adam's betas, the discount) are mutated
 through ``1 - x`` so they stay below 1.
+
+Sample Factory 2.x adds four rules, each a setting here (its values in brackets; the defaults
+keep the paper's schedule): policies 1..N-1 start mutated so the population starts diverse
+(``initial_mutation`` [on]); a mutation puts a hyperparameter back to its configured value
+instead, now and then (``reset_to_default`` [0.01]); an exchange also needs the gap relative to
+the source's objective (``replace_threshold_relative`` [0.1], beside the absolute
+``replace_threshold`` [1e-6]); the mutation factor is drawn from a range (``perturb_min`` ..
+``perturb_max`` [1.1 .. 1.5]).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import numpy as np
 
 COMPLEMENT_SUFFIXES = ("adam_beta1", "adam_beta2", "gamma")
 """Hyperparameters mutated as ``1 - x``."""
+_EPS = 1e-8  # the relative gap's floor on the source objective's magnitude
 
 
 @dataclass(frozen=True)
@@ -33,10 +42,32 @@ class PbtRules:
     start_delay: int = 0
     """Env frames a policy trains before its first update (mutation or exchange)."""
     mutation_rate: float = 0.15
-    perturb_factor: float = 1.2
+    """Chance that an update mutates a given hyperparameter."""
+    perturb_min: float = 1.2
+    """Smallest mutation factor: a mutation multiplies or divides by a factor drawn uniformly
+    from [perturb_min, perturb_max]."""
+    perturb_max: float = 1.2
+    """Largest mutation factor (equal to ``perturb_min``: a fixed factor, the paper's 1.2)."""
     replace_fraction: float = 0.3
     replace_threshold: float = 0.0
     """An exchange needs source objective - target objective > this."""
+    replace_threshold_relative: float = 0.0
+    """... and that gap above this fraction of the source objective's magnitude."""
+    initial_mutation: bool = False
+    """Policies other than the lowest-numbered start with their hyperparameters mutated."""
+    reset_to_default: float = 0.0
+    """Chance that a mutation sets the hyperparameter back to its configured value instead."""
+
+    def __post_init__(self) -> None:
+        if not 1.0 <= self.perturb_min <= self.perturb_max:
+            raise ValueError(f"need 1 <= perturb_min <= perturb_max, got {self.perturb_min} and "
+                             f"{self.perturb_max}")
+        for name in ("mutation_rate", "replace_fraction", "reset_to_default"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")
+        if self.replace_threshold_relative < 0:
+            raise ValueError("replace_threshold_relative must be >= 0, got "
+                             f"{self.replace_threshold_relative}")
 
 
 @dataclass
@@ -75,11 +106,36 @@ def ranking(objectives: dict[int, float]) -> list[int]:
     return sorted(objectives, key=lambda p: (objectives[p], p))
 
 
+def mutate(values: dict[str, float], defaults: dict[str, float], rules: PbtRules,
+           rng: np.random.Generator) -> dict[str, tuple[float, float]]:
+    """Mutate ``values`` in place, each with probability ``mutation_rate``: back to its default
+    (chance ``reset_to_default``, when it differs) or by a factor from the range, up or down.
+    Returns name -> (old, new) of those changed."""
+    mutations = {}
+    for name in sorted(values):
+        if rng.random() >= rules.mutation_rate:
+            continue
+        old = values[name]
+        if rules.reset_to_default and old != defaults[name] \
+                and rng.random() < rules.reset_to_default:
+            new = defaults[name]
+        else:
+            up = bool(rng.random() < 0.5)
+            factor = rules.perturb_min if rules.perturb_max == rules.perturb_min \
+                else float(rng.uniform(rules.perturb_min, rules.perturb_max))
+            new = perturb(name, old, up, factor)
+        mutations[name] = (old, new)
+        values[name] = new
+    return mutations
+
+
 def decide(policy: int, frames: int, objectives: dict[int, float],
            hyperparams: dict[int, dict[str, float]], rules: PbtRules, rng: np.random.Generator,
-           unavailable: frozenset[int] = frozenset()) -> Decision:
+           unavailable: frozenset[int] = frozenset(),
+           defaults: dict[str, float] | None = None) -> Decision:
     """The update of ``policy`` now (``objectives``: the policies that have one; ``unavailable``:
-    policies in an exchange still in flight, which are not drawn as sources)."""
+    policies in an exchange still in flight, which are not drawn as sources; ``defaults``: the
+    configured values ``reset_to_default`` returns to, the policy's own by default)."""
     own = dict(hyperparams[policy])
     decision = Decision(policy, frames, objectives.get(policy), hyperparams=own,
                         population=len(objectives))
@@ -102,7 +158,8 @@ def decide(policy: int, frames: int, objectives: dict[int, float],
         else:
             source = int(candidates[rng.integers(len(candidates))])
             gap = objectives[source] - objectives[policy]
-            if gap > rules.replace_threshold:
+            relative = abs(gap) / max(abs(objectives[source]), _EPS)
+            if gap > rules.replace_threshold and relative > rules.replace_threshold_relative:
                 decision.source = source
                 own = decision.hyperparams = dict(hyperparams[source])
                 reasons.append(f"in the worst {k}: copies policy {source} (objective "
@@ -110,13 +167,11 @@ def decide(policy: int, frames: int, objectives: dict[int, float],
                                f"{rules.replace_threshold:g})")
             else:
                 reasons.append(f"in the worst {k}, no exchange: policy {source} is better by "
-                               f"{gap:.4g} <= {rules.replace_threshold:g}")
-    for name in sorted(own):
-        if rng.random() < rules.mutation_rate:
-            up = bool(rng.random() < 0.5)
-            new = perturb(name, own[name], up, rules.perturb_factor)
-            decision.mutations[name] = (own[name], new)
-            own[name] = new
+                               f"{gap:.4g} (relative {relative:.3g}), not more than "
+                               f"{rules.replace_threshold:g} (relative "
+                               f"{rules.replace_threshold_relative:g})")
+    decision.mutations = mutate(own, hyperparams[policy] if defaults is None else defaults,
+                                rules, rng)
     reasons.append(f"mutated {len(decision.mutations)} of {len(own)}" if decision.mutations
                    else "no mutation drawn")
     decision.reason = "; ".join(reasons)
@@ -133,7 +188,15 @@ class Population:
         self.rules = rules
         self.rng = rng
         self.objective = objective
+        self.defaults = {p: dict(h) for p, h in hyperparams.items()}
+        """Each policy's configured values (what ``reset_to_default`` returns to)."""
         self.hyperparams = {p: dict(h) for p, h in hyperparams.items()}
+        self.initial_mutations: dict[int, dict[str, tuple[float, float]]] = {}
+        """With ``initial_mutation``: what each policy but the lowest-numbered started with."""
+        if rules.initial_mutation:
+            for policy in sorted(self.hyperparams)[1:]:
+                self.initial_mutations[policy] = mutate(self.hyperparams[policy],
+                                                        self.defaults[policy], rules, rng)
         self.returns: dict[int, deque[float]] = {p: deque(maxlen=window) for p in hyperparams}
         self.frames = dict.fromkeys(hyperparams, 0)
         self.last_update = dict.fromkeys(hyperparams, 0)
@@ -179,7 +242,7 @@ class Population:
         if not self.due(policy) or policy in self.busy():
             return None
         decision = decide(policy, self.frames[policy], self.objectives(), self.hyperparams,
-                          self.rules, self.rng, self.busy())
+                          self.rules, self.rng, self.busy(), self.defaults[policy])
         if decision.rank is None:
             return None  # no objective yet: try again at its next training step
         self.last_update[policy] = self.frames[policy]

@@ -105,7 +105,13 @@ class PopulationTrainer(Actor):
         self.checkpoint_dir = None if run_dir is None else Path(run_dir, "checkpoints", "pbt")
         newest = None if self.checkpoint_dir is None else load_newest(
             self.checkpoint_dir, required=_STATE_KEYS, kind="PBT", log=self.log)
-        if newest is not None:
+        if newest is None:  # a fresh start: the population's initial diversity, if any
+            for policy, mutations in self.population.initial_mutations.items():
+                self.mutations += len(mutations)
+                self._record({"event": "initial_mutation", "policy": policy,
+                              "mutations": {n: list(v) for n, v in mutations.items()},
+                              "hyperparams": self.population.hyperparams[policy]})
+        else:
             latest, state = newest
             self.population.restore(state)
             self.exchanges, self.mutations = int(state["exchanges"]), int(state["mutations"])

@@ -10,9 +10,11 @@ whole free block (``SlotPool.try_acquire_block``), and the buffer fields are lai
 field (``TrajectoryBuffer.at``).
 
 - The rollout side, :class:`BatchedSplit` (a sampling mode of :mod:`components.sampling.splits`),
-  steps its envs as one vector (:class:`components.envs.vector.VectorEnvs`) writing straight into
+  steps its envs with one call (:class:`components.envs.vector.EnvBatch`) writing straight into
   that array and reads the actions from it; its ``InferenceRequest`` names ``(block, count, t)``
-  (block = its first slot).
+  (block = its first slot). The call is a native batch's where the env family has one (EnvPool:
+  :mod:`components.envs.envpool_env`, the whole split in one call into C++), else a loop over
+  the split's envs (:class:`components.envs.vector.VectorEnvs`).
 - The inference side, :class:`BlockServer`, runs the model on views of the array and writes its
   outputs back by slice assignment (one forward pass per request, as Sample Factory's batched
   mode runs one per worker's batch).
@@ -31,6 +33,8 @@ from torch import Tensor
 
 from components.datapath.buffers import TrajectoryBuffer
 from components.datapath.messages import InferenceRequest
+from components.envs.spec import EnvError
+from components.envs.vector import EnvBatch
 from components.sampling.splits import Split, SplitWiring
 from sfbus import SlotPool
 
@@ -46,6 +50,17 @@ class BatchedSplit(Split):
             raise ValueError("a batched split needs the block layout (sampling: batched)")
         self.at_rows = slice(0, self.rows)
         """The block's slots (a slice, so that fields give views)."""
+        self.batch: EnvBatch = self.vector
+        """What one call steps: the envs one by one, or their native batch (``make_batch``)."""
+
+    def make_batch(self) -> bool:
+        """Make the split's envs as one native batch reset into the carry, where the env has
+        one (EnvPool): then a step is one call into it."""
+        batch = self.worker_envs.create_batch(self.vector.first, self.vector.count,
+                                              self.carry_obs)
+        if batch is not None:
+            self.batch = batch
+        return batch is not None
 
     def take_slots(self, pool: SlotPool) -> np.ndarray | None:
         """The first wholly free block of the pool, or None."""
@@ -59,17 +74,21 @@ class BatchedSplit(Split):
         self._fill_policy()
 
     def step(self) -> None:
-        """Step the envs as one vector straight into the block's rows at t+1."""
+        """Step the envs with one call straight into the block's rows at t+1."""
         t = self.t
         t1 = t + 1
         at, at1 = self.buffer.at(self.at_rows, t), self.buffer.at(self.at_rows, t1)
         obs = {}
         for k, arr in self.obs_items:
             obs[k] = arr[at1]
-        rewards, dones = self.step_rewards, self.step_dones
-        ended = self.vector.step_into(self.actions[at], self.vector.rows_of(obs), rewards, dones)
+        rewards, dones, time_outs = self.step_rewards, self.step_dones, self.step_time_outs
+        try:
+            ended = self.batch.step_rows(self.actions[at], obs, rewards, dones, time_outs)
+        except EnvError as error:  # only a native batch raises: VectorEnvs recreates the env
+            self.worker_envs.batch_failed(error)
         self.rewards[at] = rewards
         self.dones[at] = dones
+        self.time_outs[at] = time_outs
         if ended:
             self._ended(ended, t1)
         self.t = t1

@@ -30,6 +30,14 @@ class RolloutParams(DataPathParams):
     max_env_failures_per_minute: int = 60
     """More env failures than this within a minute end the worker's process (exit 1): envs that
     keep failing are not sampled around forever."""
+    decorrelate_envs_on_one_worker: bool = False
+    """At start, env ``e`` of a worker takes ``rollout * e`` random actions before its first
+    observation is used, so that a worker's envs are at different points of their episodes
+    (Sample Factory's option, on by default there; envs with a native batch skip it)."""
+    decorrelate_experience_max_seconds: float = 0.0
+    """After its first full trajectories, worker ``i`` of ``n`` waits ``i / n`` times this many
+    seconds before collecting again, so that the workers' trajectories reach the learner spread
+    out in time rather than in bursts (Sample Factory's option; 0: no wait)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -39,5 +47,8 @@ class RolloutParams(DataPathParams):
         for name in ("progress_interval_s", "inference_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0.0 <= self.decorrelate_experience_max_seconds < float("inf"):
+            raise ValueError("decorrelate_experience_max_seconds must be >= 0 and finite, got "
+                             f"{self.decorrelate_experience_max_seconds}")
         if self.env_step_timeout_s < 0:
             raise ValueError(f"env_step_timeout_s must be >= 0, got {self.env_step_timeout_s}")

@@ -26,6 +26,7 @@ creation, recreation after a fault, PBT's shaping); and its fault handling
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 
 import numpy as np
@@ -127,8 +128,16 @@ class RolloutWorker(Actor):
             self.splits = [NonBatchedSplit(s, wiring) for s in range(p.num_splits)]
         # Reset into the carry: every split starts like one resuming from a pause, so that a
         # restarted worker waits for slots the batcher still holds instead of failing.
-        self.envs.create([out for split in self.splits
+        # Under batched sampling an env with a native batch (EnvPool) is made per split.
+        self.envs.create([out for split in self.splits if not split.make_batch()
                           for out in split.vector.rows_of(split.carry_obs)])
+        if p.decorrelate_envs_on_one_worker and self.envs.batches:
+            self.log.warning("%s: decorrelate_envs_on_one_worker skips the envs of a native "
+                             "batch (%s steps them all at once)", self.name, p.env)
+        # decorrelate_experience_max_seconds: the wait after the first full trajectories
+        workers = len(self.context.records[DataPath].workers)
+        self._first_wait_s = p.decorrelate_experience_max_seconds * self.worker / workers
+        self._holding = False
         self.paused.extend(range(p.num_splits))
         self._resume_paused()  # takes each split's slots and requests its actions
         self._m_free.set(self.pool.free)
@@ -219,12 +228,23 @@ class RolloutWorker(Actor):
         for full, policy, epoch in zip(split.slots.tolist(), policies, epochs, strict=True):
             self.trajectory_ready.emit(TrajectoryReady(self.worker, full, policy, epoch))
         self.paused.append(split.index)
+        if self._first_wait_s > 0:  # the first full trajectories: hold the splits a while
+            self.spawn(self._hold(self._first_wait_s), "decorrelation wait")
+            self._first_wait_s = 0.0
         self._resume_paused()
         self._m_free.set(self.pool.free)
 
+    async def _hold(self, seconds: float) -> None:
+        """Keep the splits paused for ``seconds`` as they finish their trajectories."""
+        self.log.info("%s: waits %.1f s to decorrelate experience", self.name, seconds)
+        self._holding = True
+        await asyncio.sleep(seconds)
+        self._holding = False
+        self._resume_paused()
+
     def _resume_paused(self) -> None:
         """Give fresh slots to waiting splits in arrival order while the pool has enough."""
-        while self.paused:
+        while self.paused and not self._holding:
             split = self.splits[self.paused[0]]
             fresh = split.take_slots(self.pool)
             if fresh is None:

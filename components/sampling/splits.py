@@ -86,6 +86,7 @@ class Split:
         self.at_rows: np.ndarray | slice = self.slots
         """The rows as ``TrajectoryBuffer.at`` takes them."""
         envs = rows // na
+        self.worker_envs = wiring.envs
         self.vector = VectorEnvs(wiring.envs.envs, index * envs, envs, na, wiring.envs.recreate)
         self.t = 0
         """The step every row is at."""
@@ -96,15 +97,22 @@ class Split:
         self.obs_items = tuple(self.buffer.obs_numpy().items())
         self.rnn, self.actions = fields["rnn"], fields["actions"]
         self.rewards, self.dones = fields["rewards"], fields["dones"]
+        self.time_outs = fields["time_outs"]
         self.step_policies = fields["policies"]
         # Preallocated staging: one write per field and step, no allocation.
         self.step_rewards = np.zeros(rows, np.float32)
         self.step_dones = np.zeros(rows, bool)
+        self.step_time_outs = np.zeros(rows, bool)
         # The carried observation and state are staged here: once this split's slots are
         # released, another split may reuse and overwrite them before this one resumes.
         self.carry_obs = {k: np.zeros((rows, *f.shape), f.dtype)
                           for k, f in layout.spec.observation_space.items()}
         self.carry_rnn = np.zeros((rows, self.rnn.shape[-1]), np.float32)
+
+    def make_batch(self) -> bool:
+        """Make the split's envs as one native batch (batched sampling only): False when they
+        are to be made one by one into ``vector``."""
+        return False
 
     def step(self) -> None:
         """Step every env with the actions at ``t``, write what followed; ``t`` moves on."""
@@ -187,16 +195,17 @@ class TableSplit(Split):
         t = self.t
         t1 = t + 1
         slots = self.slots
-        rewards, dones = self.step_rewards, self.step_dones
+        rewards, dones, time_outs = self.step_rewards, self.step_dones, self.step_time_outs
         # The [slot, t] layout: TrajectoryBuffer.at(slots, t) is (slots, t) itself.
         actions = self.actions[slots, t]  # one gather for the whole split
         ended = self.vector.step_into(actions, self.scratch_outs or self._slot_rows(t1),
-                                      rewards, dones)
+                                      rewards, dones, time_outs)
         if self.scratch:
             for k, arr in self.obs_items:
                 arr[slots, t1] = self.scratch[k]
         self.rewards[slots, t] = rewards
         self.dones[slots, t] = dones
+        self.time_outs[slots, t] = time_outs
         if ended:
             self._ended(ended, t1)
         self.t = t1

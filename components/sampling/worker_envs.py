@@ -5,7 +5,9 @@ longer than ``env_step_timeout_s`` raise ``EnvError``, a watchdog thread aborts 
 env that raised is closed and replaced by a fresh one under a new seed, reset into the rows its
 step was writing; its unfinished episode is dropped. Creation that fails is retried with back-off;
 past ``env_recreate_attempts``, or past ``max_env_failures_per_minute``, the worker gives up
-(``fail``: its process ends and the supervisor restarts it).
+(``fail``: its process ends and the supervisor restarts it). Under batched sampling an env family
+with a native batch (EnvPool) gets one batch per split instead; its envs share one engine, so a
+batch that raises ends the worker's process likewise (the watchdog does not watch it).
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from typing import NoReturn
 import numpy as np
 
 from components.envs import EnvError, MultiAgentEnv
+from components.envs.action_bounds import bound_actions
 from components.envs.guard import StepWatchdog, make_guarded_env
+from components.envs.registry import make_batched_env
 from components.envs.spec import ObsDict
+from components.envs.vector import BatchedEnv
 from components.sampling.rollout_params import RolloutParams
 from sfbus import RateLimitedLog
 
@@ -60,13 +65,38 @@ class WorkerEnvs:
         self._failure_times: deque[float] = deque()
         self.envs: list[MultiAgentEnv] = []
         """The envs; a recreated env replaces its entry (vectors over this list see it)."""
+        self.batches: list[BatchedEnv] = []
+        """Native batches (batched sampling of an env that has them), one per split."""
 
     def create(self, outs: list[ObsDict]) -> None:
-        """Create every env and reset env ``e`` into ``outs[e]``."""
+        """Create every env and reset env ``e`` into ``outs[e]`` (then, with
+        ``decorrelate_envs_on_one_worker``, step it ``rollout * e`` times at random)."""
+        rng = np.random.default_rng([self.params.seed, self.worker, 0xDEC])
         for e, out in enumerate(outs):
             env = self._new()
             self.envs.append(env)
             env.reset_into(out, seed=self._seed(e))
+            if self.params.decorrelate_envs_on_one_worker:
+                for _ in range(self.params.rollout * e):
+                    actions, _ = env.spec.random_actions(rng, env.spec.num_agents)
+                    env.step_into(actions, out)  # episodes end and restart inside step_into
+
+    def create_batch(self, first: int, count: int, obs: ObsDict) -> BatchedEnv | None:
+        """Envs ``first..first + count`` as one native batch (EnvPool's) reset into the
+        contiguous ``obs``, or None where the env has none (they are made one by one)."""
+        p = self.params
+        # The worker's seeds win over an `env_kwargs.seed`, as reset_into's do for one env.
+        batch = make_batched_env(p.env, count, **{**p.env_kwargs, "seed": self._seed(first)})
+        if batch is None:
+            return None
+        self.batches.append(batch)
+        batch.reset_into(obs)
+        return batch
+
+    def batch_failed(self, error: EnvError) -> NoReturn:
+        """A native batch broke: its envs share one engine, so the worker's process ends and
+        the supervisor restarts it (no per-env recreation)."""
+        self.fail(f"a batch of envs failed: {error}")
 
     def recreate(self, e: int, out: ObsDict, error: EnvError) -> None:
         """Replace broken env ``e`` with a fresh one reset into ``out``; its episode is lost."""
@@ -125,7 +155,7 @@ class WorkerEnvs:
 
     def close(self) -> None:
         """Close every env and stop the watchdog."""
-        for env in self.envs:
+        for env in [*self.envs, *self.batches]:
             try:
                 env.close()
             except Exception:  # an env that broke while closing must not keep the rest open
@@ -135,7 +165,9 @@ class WorkerEnvs:
             self.watchdog = None
 
     def _new(self) -> MultiAgentEnv:
-        return make_guarded_env(self.params.env, self.params.env_kwargs, self.watchdog)
+        p = self.params
+        return bound_actions(make_guarded_env(p.env, p.env_kwargs, self.watchdog),
+                             p.model.action_bounds)
 
     def _seed(self, e: int) -> int:
         return env_seed(self.params.seed, self.worker, e, self._incarnations[e])

@@ -178,23 +178,27 @@ def test_vector_step_writes_every_env_into_its_rows() -> None:
         envs[i + 1].reset_into({"obs": obs[i * na:(i + 1) * na]})
         env.reset_into({"obs": expected[i * na:(i + 1) * na]})
     rewards, dones = np.full(rows, np.nan, np.float32), np.zeros(rows, bool)
+    time_outs = np.zeros(rows, bool)
     for t in range(steps):
         actions = np.arange(rows).reshape(rows, 1) % 4
-        ended = vector.step_into(actions, vector.rows_of({"obs": obs}), rewards, dones)
+        ended = vector.step_into(actions, vector.rows_of({"obs": obs}), rewards, dones,
+                                 time_outs)
         for i, env in enumerate(replays):
-            r, _, trunc, _ = env.step_into(actions[i * na:(i + 1) * na],
-                                           {"obs": expected[i * na:(i + 1) * na]})
+            r, term, trunc, _ = env.step_into(actions[i * na:(i + 1) * na],
+                                              {"obs": expected[i * na:(i + 1) * na]})
             assert np.array_equal(rewards[i * na:(i + 1) * na], r)
             assert np.array_equal(dones[i * na:(i + 1) * na], trunc)
+            assert np.array_equal(time_outs[i * na:(i + 1) * na], trunc & ~term)
         assert np.array_equal(obs, expected)
         assert [a for a, _ in ended] == ([0, na] if t == 1 else [])
         assert all("episode_return" in info for _, infos in ended for info in infos)
 
     envs[2] = BrokenEnv(na, seed=9)
+    time_outs[:] = True
     ended = vector.step_into(np.zeros((rows, 1), np.int64), vector.rows_of({"obs": obs}),
-                             rewards, dones)
+                             rewards, dones, time_outs)
     assert recreated == [(2, na)] and isinstance(envs[2], ToyMultiAgentEnv)
-    assert dones[na:].all() and (rewards[na:] == 0).all()
+    assert dones[na:].all() and (rewards[na:] == 0).all() and not time_outs[na:].any()
     assert ended[-1] == (na, [{}, {}])  # done (its rows' state is zeroed), no episode to report
 
 

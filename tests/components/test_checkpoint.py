@@ -146,6 +146,7 @@ def random_batch(learner: Learner, seed: int, n: int = 8) -> dict:
             "values": torch.randn(n, T, generator=gen),
             "rewards": torch.rand(n, T, generator=gen),
             "dones": (torch.rand(n, T, generator=gen) < 0.1).to(torch.uint8),
+            "time_outs": torch.zeros(n, T, dtype=torch.uint8),
             "versions": torch.full((n, T), learner.training.version, dtype=torch.int64),
             "policies": torch.zeros(n, T, dtype=torch.int64)}
 

@@ -204,7 +204,8 @@ class CountingPolicy:
 def test_rnn_state_is_zeroed_after_each_agents_episode():
     policy = CountingPolicy()
     played = play(policy, SimpleNamespace(state_size=2), CountingEnv((2, 3)), 4)
-    assert played == [(2.0, 2, False), (3.0, 3, False), (2.0, 2, False), (2.0, 2, False)]
+    assert [(e.episode_return, e.length, e.cut) for e in played] == [
+        (2.0, 2, False), (3.0, 3, False), (2.0, 2, False), (2.0, 2, False)]
     # agent 0 restarts every 2 steps, agent 1 every 3: the state entering each step counts the
     # steps of the running episode so far
     assert [s.tolist() for s in policy.seen] == [[0, 0], [1, 1], [0, 2], [1, 0], [0, 1], [1, 2]]
@@ -213,7 +214,7 @@ def test_rnn_state_is_zeroed_after_each_agents_episode():
 def test_max_steps_cuts_and_restarts_the_episode():
     policy = CountingPolicy()
     played = play(policy, SimpleNamespace(state_size=1), CountingEnv((5,)), 2, max_steps=3)
-    assert played == [(3.0, 3, True), (3.0, 3, True)]
+    assert [(e.episode_return, e.length, e.cut) for e in played] == [(3.0, 3, True), (3.0, 3, True)]
     assert [s.item() for s in policy.seen] == [0, 1, 2, 0, 1, 2]
 
 

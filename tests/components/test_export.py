@@ -73,7 +73,7 @@ def test_onnx_outputs_equal_the_torch_policy(tmp_path: Path, spec: EnvSpec,
         expected = {"action_logits": step.action_logits,
                     "value": returns.denormalize(step.value)}
         if "log_std" in outputs:
-            expected["log_std"] = policy.model.log_std.expand(batch, -1)
+            expected["log_std"] = policy.model.actor.log_std.expand(batch, -1)
         if "rnn_state_out" in outputs:
             expected["rnn_state_out"] = step.rnn_state
         assert set(got) == set(expected)

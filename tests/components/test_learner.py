@@ -324,6 +324,7 @@ def bandit_batch(learner: Learner, gen: torch.Generator, n: int = 8) -> dict:
     rewards = (actions[..., 0] == (obs[:, :T, 0] > 0).long()).float()
     return {"obs.obs": obs, "rnn": torch.zeros(n, 0), "actions": actions,
             "log_probs": log_probs, "values": values, "rewards": rewards, "dones": dones,
+            "time_outs": torch.zeros(n, T, dtype=torch.uint8),
             "versions": torch.full((n, T), learner.training.version, dtype=torch.int64),
             "policies": torch.zeros(n, T, dtype=torch.int64)}
 
@@ -369,16 +370,19 @@ def test_non_finite_loss_skips_the_step():
 
 
 def test_reward_scale_scales_the_value_targets():
-    losses = []
-    for scale in (1.0, 0.01):
+    """The learner's reward_scale times the env's own (EnvSpec.reward_scale) scales targets."""
+    losses = {}
+    for scale, env_scale in ((1.0, 1.0), (0.1, 1.0), (1.0, 0.1)):
         learner = bandit_learner(normalize_returns=False)
         learner.params = replace(learner.params, reward_scale=scale)
+        learner.update.env_reward_scale = env_scale  # as the spec of e.g. doom_basic sets it
         with torch.no_grad():  # V = 0, so the value loss is the mean squared target
             learner.training.policy.model.critic.weight.zero_()
             learner.training.policy.model.critic.bias.zero_()
         batch = bandit_batch(learner, torch.Generator().manual_seed(0))
         rewards = batch["rewards"].clone()
-        losses.append(learner.train(batch)["value_loss"])
+        losses[scale, env_scale] = learner.train(batch)["value_loss"]
         assert torch.equal(batch["rewards"], rewards)  # the caller's batch is not modified
-    assert losses[0] > 0.1
-    assert losses[1] == pytest.approx(losses[0] * 0.01**2, rel=1e-3)
+    assert losses[1.0, 1.0] > 0.1
+    assert losses[0.1, 1.0] == pytest.approx(losses[1.0, 1.0] * 0.1**2, rel=1e-3)
+    assert losses[1.0, 0.1] == pytest.approx(losses[1.0, 1.0] * 0.1**2, rel=1e-3)

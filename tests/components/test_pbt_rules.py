@@ -177,3 +177,79 @@ def test_state_survives_a_weights_only_checkpoint() -> None:
     assert resumed.next_exchange == pop.next_exchange
     assert resumed.objectives() == pop.objectives()
     assert resumed.rng.random() == pop.rng.random()  # the same draws continue
+
+
+# --- Sample Factory 2.x's rules ----------------------------------------------------------------
+
+def _factor(name: str, old: float, new: float) -> float:
+    """The factor a mutation applied (through 1 - x for betas), >= 1 whichever the direction."""
+    if name.endswith("adam_beta1"):
+        old, new = 1.0 - old, 1.0 - new
+    return max(new / old, old / new)
+
+
+def test_initial_mutation_leaves_the_lowest_policy_as_configured() -> None:
+    rules = PbtRules(initial_mutation=True, mutation_rate=1.0, perturb_min=1.1, perturb_max=1.5)
+    configured = population_hp(4)
+    pop = Population(configured, rules, np.random.default_rng(0))
+    assert pop.hyperparams[0] == configured[0] and 0 not in pop.initial_mutations
+    for policy in (1, 2, 3):
+        mutations = pop.initial_mutations[policy]
+        assert set(mutations) == set(HP)  # rate 1: every hyperparameter
+        for name, (old, new) in mutations.items():
+            assert old == configured[policy][name] and pop.hyperparams[policy][name] == new
+            assert 1.1 <= _factor(name, old, new) <= 1.5
+    assert pop.defaults == configured  # what reset_to_default returns to
+    unchanged = Population(configured, PbtRules(mutation_rate=1.0), np.random.default_rng(0))
+    assert unchanged.hyperparams == configured and not unchanged.initial_mutations
+
+
+def test_mutation_factors_spread_over_the_range() -> None:
+    rules = PbtRules(mutation_rate=1.0, perturb_min=1.1, perturb_max=1.5)
+    rng = np.random.default_rng(1)
+    factors = []
+    for _ in range(200):
+        d = decide(2, 100, objectives(8), population_hp(8), rules, rng)
+        factors += [_factor(n, old, new) for n, (old, new) in d.mutations.items()]
+    assert min(factors) >= 1.1 - 1e-9 and max(factors) <= 1.5 + 1e-9
+    assert min(factors) < 1.15 and max(factors) > 1.45  # uniform over the range, not fixed
+    assert abs(np.mean(factors) - 1.3) < 0.02
+
+
+def test_reset_to_default_returns_to_the_configured_value() -> None:
+    rules = PbtRules(mutation_rate=1.0, reset_to_default=1.0)
+    hp = population_hp(8)  # policy 4: mutated, never an exchange target (not in the worst 3)
+    defaults = {k: v / 7 for k, v in hp[4].items()}  # differ from the current values
+    d = decide(4, 100, objectives(8), hp, rules, np.random.default_rng(0), defaults=defaults)
+    assert d.hyperparams == defaults
+    # a value already at its default is mutated as usual
+    d = decide(4, 100, objectives(8), hp, rules, np.random.default_rng(0), defaults=hp[4])
+    assert all(d.hyperparams[k] != v for k, v in hp[4].items())
+    # at a rate of 0.01 about one mutation in a hundred resets
+    rules = PbtRules(mutation_rate=1.0, reset_to_default=0.01)
+    rng = np.random.default_rng(3)
+    resets = sum(new == defaults[n] for _ in range(2000)
+                 for n, (_, new) in decide(4, 100, objectives(8), hp, rules, rng,
+                                           defaults=defaults).mutations.items())
+    assert 40 < resets < 130  # 8000 mutations, expected 80
+
+
+def test_relative_gap_blocks_an_exchange_between_close_policies() -> None:
+    rules = PbtRules(mutation_rate=0.0, replace_threshold=1e-6, replace_threshold_relative=0.1)
+    hp = population_hp(4)
+    close = {0: 95.0, 1: 96.0, 2: 97.0, 3: 100.0}  # 0 is worst; source 3 better by 5%
+    d = decide(0, 100, close, hp, rules, np.random.default_rng(0))
+    assert d.source is None and "relative" in d.reason
+    far = {0: 50.0, 1: 96.0, 2: 97.0, 3: 100.0}  # better by 50%
+    d = decide(0, 100, far, hp, rules, np.random.default_rng(0))
+    assert d.source == 3
+    negative = {0: -100.0, 1: -96.0, 2: -97.0, 3: -60.0}  # magnitude of the source: 40/60
+    assert decide(0, 100, negative, hp, rules, np.random.default_rng(0)).source == 3
+
+
+@pytest.mark.parametrize("kwargs", [{"perturb_min": 0.9}, {"perturb_min": 1.5, "perturb_max": 1.2},
+                                    {"reset_to_default": 1.5}, {"mutation_rate": -0.1},
+                                    {"replace_threshold_relative": -1.0}])
+def test_bad_rules_are_refused(kwargs) -> None:
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        PbtRules(**kwargs)

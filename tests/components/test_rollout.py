@@ -195,8 +195,10 @@ def rows_by_trajectory(inference: StandInInference, collector: StandInCollector,
 
 
 def check_replay(env: str, env_kwargs: dict[str, Any], per_row: dict[int, list[dict]],
-                 na: int, trajectories: int, policy: int = 0) -> None:
-    """Replay each env of worker 0 with the recorded actions; every row must match step by step."""
+                 na: int, trajectories: int, policy: int = 0) -> int:
+    """Replay each env of worker 0 with the recorded actions; every row must match step by step.
+    Returns the time-outs (truncations, not terminations) seen."""
+    time_outs = 0
     for e in range(4):
         rows = range(e * na, (e + 1) * na)
         replay = make_env(env, **env_kwargs)
@@ -213,16 +215,20 @@ def check_replay(env: str, env_kwargs: dict[str, Any], per_row: dict[int, list[d
                 assert np.array_equal([x["rewards"][t] for x in trajs], rewards)
                 done = term | trunc
                 assert np.array_equal([x["dones"][t] for x in trajs], done)
+                assert np.array_equal([x["time_outs"][t] for x in trajs], trunc & ~term)
+                time_outs += int((trunc & ~term).sum())
                 assert all(x["policies"][t] == policy and x["versions"][t] == 7 for x in trajs)
                 # State after a done is zeroed; otherwise it is what inference wrote.
                 state = np.where(done[:, None], 0.0, np.full((na, 4), rnn_marker(t + 1),
                                                              np.float32))
             assert np.array_equal(np.stack([x["obs.obs"][T] for x in trajs]), expected["obs"])
             assert np.array_equal(np.stack([x["rnn"][T] for x in trajs]), state)
+    return time_outs
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("env, env_kwargs", [("gym:CartPole-v1", {}),
+                                              ("gym:CartPole-v1", {"max_episode_steps": 5}),
                                               ("toy_multi_agent", {"episode_length": 5})])
 async def test_trajectories_match_a_replayed_env(transport: str, env: str,
                                                  env_kwargs: dict[str, Any]) -> None:
@@ -237,7 +243,10 @@ async def test_trajectories_match_a_replayed_env(transport: str, env: str,
         splits = [s for s, _ in inference.log]
         assert splits[:12] == [0, 1] * 6
 
-    check_replay(env, env_kwargs, per_row, worker.num_agents, trajectories=3, policy=policy)
+    time_outs = check_replay(env, env_kwargs, per_row, worker.num_agents, trajectories=3,
+                             policy=policy)
+    # A 5-step limit cuts episodes inside the trajectories: stored as time-outs.
+    assert (time_outs > 0) == (env_kwargs != {})
     if env == "toy_multi_agent":
         assert collector.episodes
         assert all(m.length == 5 and m.frames == 5 and m.policy == policy

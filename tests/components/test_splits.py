@@ -43,12 +43,12 @@ class Memory:
 class Harness:
     """Split ``SPLIT`` of a worker in ``mode``, the requests it emits, the episodes it reports."""
 
-    def __init__(self, mode: str) -> None:
-        params = RolloutParams(env=ENV, env_kwargs=KWARGS, rollout=T, num_envs=4, num_splits=2,
+    def __init__(self, mode: str, env: str = ENV, kwargs: dict[str, Any] = KWARGS) -> None:
+        params = RolloutParams(env=env, env_kwargs=kwargs, rollout=T, num_envs=4, num_splits=2,
                                batch_size=4 * T, seed=SEED, env_step_timeout_s=0, policy=1,
                                sampling="batched" if mode == "batched" else "non_batched",
                                num_policies=POLICIES if mode == "population" else 1)
-        spec = env_spec(ENV, **KWARGS)
+        spec = env_spec(env, **kwargs)
         self.na = na = spec.num_agents
         rows = 2 * na
         layout = TrajectoryLayout(spec, T, 4, 3 * rows, 2, rows,
@@ -70,12 +70,15 @@ class Harness:
             else NonBatchedSplit(SPLIT, wiring))
         other = [spec.empty_obs() for _ in range(2)]  # split 0's envs: not driven here
         envs.create(other + self.split.vector.rows_of(self.split.carry_obs))
-        self.replays = [make_env(ENV, **KWARGS) for _ in range(2)]
+        self.replays = [make_env(env, **kwargs) for _ in range(2)]
         self.expected = {"obs": np.zeros((rows, 4), np.float32)}  # the replays' observations
         for i, replay in enumerate(self.replays):
             replay.reset_into({"obs": self.expected["obs"][i * na:(i + 1) * na]},
                               seed=env_seed(SEED, 0, 2 + i))
         self.rng = np.random.default_rng(0)
+        self.choices = spec.action_heads[0]
+        self.time_outs = self.terminations = 0
+        """Time-outs and terminations the split stored."""
 
     def fail(self, reason: str) -> Any:
         raise AssertionError(reason)
@@ -92,7 +95,8 @@ class Harness:
             slots, ts = self.buffer.requests[request.split,
                                              request.offset:request.offset + request.count].T
         fields = self.buffer.numpy
-        fields["actions"][self.buffer.at(slots, ts)] = self.rng.integers(0, 4, (len(slots), 1))
+        fields["actions"][self.buffer.at(slots, ts)] = self.rng.integers(0, self.choices,
+                                                                         (len(slots), 1))
         fields["rnn"][self.buffer.at(slots, ts + 1)] = 0.5 + ts[:, None]
 
     def step_and_check(self) -> None:
@@ -114,6 +118,9 @@ class Harness:
             r, term, trunc, _ = replay.step_into(actions[rows], {"obs": self.expected["obs"][rows]})
             assert np.array_equal(fields["rewards"][at][rows], r)
             assert np.array_equal(fields["dones"][at][rows], term | trunc)
+            assert np.array_equal(fields["time_outs"][at][rows], trunc & ~term)
+            self.time_outs += int(fields["time_outs"][at][rows].sum())
+            self.terminations += int(term.sum())
         assert np.array_equal(fields["obs.obs"][at1], self.expected["obs"])
         done = fields["dones"][at].astype(bool)
         assert np.array_equal(fields["rnn"][at1][:, 0], np.where(done, 0.0, 0.5 + t))
@@ -137,8 +144,9 @@ def test_a_split_alone_fills_its_slots_like_its_replayed_envs(mode: str) -> None
     blocks = [np.arange(8, 12), np.arange(0, 4)]  # whole blocks, valid in every layout
     owners = [h.run_slot(fresh) for fresh in blocks]
 
-    # Episodes of 3 steps: every agent of both envs finished two, reported with its policy.
-    assert len(h.episodes) == 2 * rows
+    # Episodes of 3 steps: every agent of both envs finished two, reported with its policy,
+    # each cut by the time limit (stored as a time-out, not a termination).
+    assert len(h.episodes) == 2 * rows == h.time_outs
     assert all(e.length == 3 for e in h.episodes)
     requests = [r for r, _ in h.requests]
     assert all(r.worker == 0 and r.split == SPLIT and r.seq == 7 for r in requests)
@@ -160,3 +168,15 @@ def test_a_split_alone_fills_its_slots_like_its_replayed_envs(mode: str) -> None
             acted = h.buffer.numpy["policies"][fresh, :T]
             assert owner == trajectory_owners(acted, POLICIES).tolist()
         assert {e.policy for e in h.episodes} <= set(range(POLICIES))
+
+
+@pytest.mark.parametrize("mode", ["non_batched", "batched"])
+def test_a_gymnasium_time_limit_is_stored_as_a_time_out_and_a_failure_is_not(mode: str) -> None:
+    # CartPole under random actions falls within ~10-30 steps (terminated) or reaches the
+    # 12-step limit (truncated): both kinds of done, told apart in the buffer.
+    h = Harness(mode, "gym:CartPole-v1", {"max_episode_steps": 12})
+    blocks = [np.arange(2, 4), np.arange(0, 2), np.arange(4, 6)]  # whole blocks of 2 rows
+    for _ in range(10):
+        for fresh in blocks:
+            h.run_slot(fresh)
+    assert h.time_outs > 0 and h.terminations > 0

@@ -9,7 +9,12 @@ from collections.abc import Callable
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from components.datapath.messages import EpisodeFinished, RolloutProgress, TrainingStats
+from components.datapath.messages import (
+    TRAINING_FIGURES,
+    EpisodeFinished,
+    RolloutProgress,
+    TrainingStats,
+)
 from components.monitoring.tensorboard import TensorBoardWriter
 from components.pbt.messages import HyperparamsChanged
 from sfbus import Actor, Signal
@@ -45,7 +50,8 @@ def training_stats(policy: int, loss: float, env_frames: int = 256) -> TrainingS
     return TrainingStats(policy=policy, version=3, samples=64, env_frames=env_frames,
                          policy_loss=loss,
                          value_loss=0.25, entropy=0.6, kl=0.01, grad_norm=1.5, lr=1e-3,
-                         lag_mean=2.5, lag_max=4.0, clip_fraction=0.1, train_seconds=0.02)
+                         lag_mean=2.5, lag_max=4.0, clip_fraction=0.1, train_seconds=0.02,
+                         ratio_mean=1.03, valid_fraction=0.75, lag_p90=3.5, learner_fps=9000.0)
 
 
 async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -101,6 +107,11 @@ async def test_scalars_per_policy_against_env_frames(tmp_path, transport):
     assert found["policy_0/lr"][0][1] == pytest.approx(1e-3)
     assert found["policy_0/entropy"][0][1] == pytest.approx(0.6)
     assert found["policy_0/kl"][0][1] == pytest.approx(0.01)
+    # Sample Factory's further training statistics, under TRAINING_FIGURES' names
+    for tag, value in (("ratio_mean", 1.03), ("valid_fraction", 0.75), ("lag_p90", 3.5),
+                       ("learner_fps", 9000.0)):
+        assert found[f"policy_0/{tag}"][0][1] == pytest.approx(value)
+    assert {f"policy_0/{name}" for name in TRAINING_FIGURES if name != "lag_mean"} <= set(found)
     assert found["policy_1/reward"] == [(1500, -1.0)]
     assert found["policy_1/episode_length"] == [(1500, 3.0)]
     # a game score only where the env reports one (Atari's raw score, VizDoom's unshaped one)

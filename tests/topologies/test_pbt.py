@@ -35,7 +35,8 @@ def test_cartpole_population_mutates_and_exchanges_weights(tmp_path: Path) -> No
     done = subprocess.run(
         [sys.executable, "-m", "sfbus", "run", str(TOPOLOGIES / "cartpole_pbt4.yaml"),
          "--run-dir", str(run_dir), "--max-frames", "100000", "--set", "interval=8000",
-         "--set", "mutation_rate=0.5"],
+         "--set", "mutation_rate=0.5", "--set", "initial_mutation=true",
+         "--set", "perturb_min=1.1", "--set", "perturb_max=1.5"],
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert " raised " not in done.stderr, done.stderr[-3000:]
@@ -43,6 +44,10 @@ def test_cartpole_population_mutates_and_exchanges_weights(tmp_path: Path) -> No
     history = [json.loads(line) for line in (run_dir / "pbt_history.jsonl").read_text()
                .splitlines()]
     assert any(entry.get("mutations") for entry in history), history
+    # Sample Factory 2.x's initial diversity: every policy but 0 starts mutated
+    initial = [e for e in history if e["event"] == "initial_mutation"]
+    assert sorted(e["policy"] for e in initial) == [1, 2, 3], history
+    assert any(e["mutations"] for e in initial), initial
     exchanges = [e for e in history if e["event"] == "exchange_done"]
     assert exchanges, history
     assert latest_checkpoint(run_dir / "checkpoints" / "pbt") is not None

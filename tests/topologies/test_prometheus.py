@@ -207,7 +207,9 @@ def test_prometheus_scrapes_a_running_topology(
     for series in ('sfbus_runner_episode_reward{policy="0"}',
                    'sfbus_runner_episode_length{policy="0"}',
                    'sfbus_runner_episodes_total{policy="0"}',
-                   "sfbus_learner_policy_loss", "sfbus_learner_kl", "sfbus_learner_lr"):
+                   "sfbus_learner_policy_loss", "sfbus_learner_kl", "sfbus_learner_lr",
+                   "sfbus_learner_ratio_mean", "sfbus_learner_valid_fraction",
+                   "sfbus_learner_lag_p90", "sfbus_learner_learner_fps"):
         _await(series, lambda s=series: once(s), deadline, logs)
     buckets = _await("policy-lag buckets", lambda: api.query("sfbus_learner_policy_lag_bucket")
                      or None, deadline, logs)

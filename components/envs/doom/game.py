@@ -24,7 +24,6 @@ import functools
 import os
 import stat
 import tempfile
-from dataclasses import dataclass
 from typing import Any
 
 import cv2
@@ -32,6 +31,8 @@ import numpy as np
 import vizdoom as vzd
 
 from components.envs.doom import spaces as ds
+from components.envs.doom.scenarios import SCENARIOS, group_actions
+from components.envs.doom.scenarios import scenario as scenario_entry
 from components.envs.doom.shm import start_sweeper
 from components.envs.spec import (
     EnvError,
@@ -73,44 +74,11 @@ class DoomEnvError(EnvError):
     """The VizDoom engine process exited or stopped answering; recreate the env."""
 
 
-@dataclass(frozen=True)
-class Scenario:
-    """How a scenario name maps onto VizDoom files and game mode."""
-
-    cfg: str
-    wad: str | None = None
-    doom_map: str | None = None
-    deathmatch: bool = False
-    """Hosted deathmatch: bots allowed, death respawns instead of ending the episode."""
-    num_bots: int = 0
-
-
-SCENARIOS: dict[str, Scenario] = {
-    "deathmatch": Scenario("deathmatch.cfg", wad="cig.wad", doom_map="map01", deathmatch=True,
-                           num_bots=7),  # 7 bots fill the CIG map (its 8 player starts)
-    "deathmatch_monsters": Scenario("deathmatch.cfg"),
-    "cig": Scenario("cig.cfg", deathmatch=True),
-}
-
-
-def doom_scenarios() -> list[str]:
-    """Every scenario name accepted by `make_doom_env`, sorted."""
-    names = {f[:-4] for f in os.listdir(vzd.scenarios_path) if f.endswith(".cfg")}
-    return sorted(names | set(SCENARIOS))
-
-
-def _scenario(name: str) -> Scenario:
-    if name in SCENARIOS:
-        return SCENARIOS[name]
-    if name not in doom_scenarios():
-        raise ValueError(f"unknown VizDoom scenario {name!r}; known: {doom_scenarios()}")
-    return Scenario(f"{name}.cfg")
-
-
 class DoomEnv(MultiAgentEnv):
     """One VizDoom game (one agent). Build with `make_doom_env`.
 
-    Args: `action_space` "simple" | "full" (see `spaces.py`); `frameskip` tics per step;
+    Args: `action_space` "auto" (the scenario's Sample Factory space: its button groups, else
+    `simple`) | "simple" | "full" (see `spaces.py`); `frameskip` tics per step;
     `resolution` (width, height) of `obs`, None for the native 160x120; `num_bots` for
     deathmatch scenarios (default 7 on `deathmatch`); `reward_shaping` coefficients by key of
     `spaces.SHAPING_VARS` (default on deathmatch scenarios, else off); `measurements`
@@ -118,16 +86,17 @@ class DoomEnv(MultiAgentEnv):
     `episode_timeout` in tics (default: the scenario's own).
     """
 
-    def __init__(self, scenario: str, *, action_space: str = "simple", frameskip: int = 4,
+    def __init__(self, scenario: str, *, action_space: str = "auto", frameskip: int = 4,
                  resolution: tuple[int, int] | None = (128, 72), seed: int | None = None,
                  num_bots: int | None = None, reward_shaping: dict[str, float] | None = None,
                  measurements: bool | None = None, interpolation: str = "linear",
                  episode_timeout: int | None = None) -> None:
-        sc = _scenario(scenario)
+        sc = scenario_entry(scenario)
         if frameskip < 1:
             raise ValueError(f"frameskip must be >= 1, not {frameskip}")
-        if action_space not in ("simple", "full"):
-            raise ValueError(f"action_space must be 'simple' or 'full', not {action_space!r}")
+        if action_space not in ("auto", "simple", "full"):
+            raise ValueError(f"action_space must be 'auto', 'simple' or 'full', not "
+                             f"{action_space!r}")
         if interpolation not in INTERPOLATION:
             raise ValueError(f"interpolation must be one of {sorted(INTERPOLATION)}")
         self.scenario = scenario
@@ -139,6 +108,8 @@ class DoomEnv(MultiAgentEnv):
         self._deathmatch = sc.deathmatch
         self._frameskip = frameskip
         self._full = action_space == "full"
+        groups = sc.action_groups if action_space == "auto" else None
+        self._gathering = sc.gathering
         use_meas = self._full if measurements is None else measurements
         if reward_shaping is None and sc.deathmatch:
             reward_shaping = dict(ds.DEATHMATCH_SHAPING)
@@ -168,9 +139,12 @@ class DoomEnv(MultiAgentEnv):
             g.set_episode_timeout(episode_timeout)
         if self._full:
             g.set_available_buttons(ds.FULL_BUTTONS)
+        elif groups:
+            g.set_available_buttons([b for group in groups for b in group])
         meas_vars = [v for v, _ in ds.MEASUREMENTS] if use_meas else []
         self._svars = ds.shaping_variables() if self._shaping_on else []
-        all_vars = list(dict.fromkeys(meas_vars + self._svars))
+        health = [vzd.GameVariable.HEALTH] if self._gathering else []
+        all_vars = list(dict.fromkeys(meas_vars + self._svars + health))
         g.set_available_game_variables(all_vars)
         self._meas_scale = np.array([1.0 / s for _, s in ds.MEASUREMENTS]) if use_meas else None
         self._sidx = np.array([all_vars.index(v) for v in self._svars], np.int64)
@@ -184,9 +158,10 @@ class DoomEnv(MultiAgentEnv):
             raise DoomEnvError(f"VizDoom failed to start scenario {scenario!r}: {e}") from e
         self._closed = False
 
-        if self._full:
-            self._table = ds.full_action_table()
-        else:
+        # Per head, per index: the button it presses (multi-head spaces), else the `simple` rows
+        self._table = ds.full_action_table() if self._full else group_actions(groups) \
+            if groups else None
+        if self._table is None:
             self._simple = ds.simple_actions(g.get_available_buttons())
         self._nbuttons = len(g.get_available_buttons())
         self._interp = INTERPOLATION[interpolation]
@@ -195,12 +170,14 @@ class DoomEnv(MultiAgentEnv):
         fields = {"obs": ObsField((3, self._wh[1], self._wh[0]), "uint8")}
         if use_meas:
             fields["measurements"] = ObsField((len(ds.MEASUREMENTS),), "float32")
-        heads = ds.FULL_ACTION_HEADS if self._full else (len(self._simple),)
-        self._spec = EnvSpec(fields, action_heads=heads, num_agents=1, frameskip=frameskip)
+        heads = tuple(len(head) for head in self._table) if self._table else (len(self._simple),)
+        self._spec = EnvSpec(fields, action_heads=heads, num_agents=1, frameskip=frameskip,
+                             reward_scale=sc.reward_scale)
         self._stats = EpisodeStats(1, frameskip)
         self._true_return = 0.0
         self._prev: dict[Any, float] = {}
         self._start_frags = 0.0
+        self._health: float | None = None  # the gathering shaping's last health reading
         self._needs_reset = True
 
     @property
@@ -248,6 +225,8 @@ class DoomEnv(MultiAgentEnv):
             raw = g.make_action(self._buttons(actions[0]), self._frameskip)
             done = g.is_episode_finished()
             reward = raw + self._shape() if self._shaping_on else raw
+            if self._gathering and not done:
+                reward += self._health_rose()
             self._stats.add(reward)
             self._true_return += raw
             if done:
@@ -271,7 +250,7 @@ class DoomEnv(MultiAgentEnv):
             self._game.close()
 
     def _buttons(self, action: np.ndarray) -> list[float]:
-        if not self._full:
+        if self._table is None:
             return self._simple[int(action[0])]
         vec = [0.0] * self._nbuttons
         for head, a in zip(self._table, action.tolist(), strict=True):
@@ -303,9 +282,18 @@ class DoomEnv(MultiAgentEnv):
         self._prev = cur
         return r
 
+    def _health_rose(self) -> float:
+        """1 when health rose since the last step of this episode (not on its first step, as
+        Sample Factory's DoomGatheringRewardShaping), else 0."""
+        health = self._game.get_game_variable(vzd.GameVariable.HEALTH)
+        rose = self._health is not None and health > self._health
+        self._health = health
+        return 1.0 if rose else 0.0
+
     def _new_episode(self) -> None:
         g = self._game
         g.new_episode()
+        self._health = None
         if self._deathmatch:
             g.send_game_command("removebots")
             for _ in range(self.num_bots):
@@ -332,7 +320,7 @@ class DoomEnv(MultiAgentEnv):
             self.close()
 
 
-def make_doom_env(scenario: str, *, action_space: str = "simple", frameskip: int = 4,
+def make_doom_env(scenario: str, *, action_space: str = "auto", frameskip: int = 4,
                   resolution: tuple[int, int] | None = (128, 72), seed: int | None = None,
                   num_bots: int | None = None, reward_shaping: dict[str, float] | None = None,
                   **kwargs: Any) -> DoomEnv:
