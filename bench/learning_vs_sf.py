@@ -51,6 +51,8 @@ class Family:
     measure: str = "raw game score"
     notes: str = ""
     """What still differs between the two, for the docs."""
+    sets: tuple[str, ...] = ()
+    """``--set`` overrides of the topology, for sfbus's run and Sample Factory's flags alike."""
     extra: tuple[str, ...] = field(default=())
 
 
@@ -65,7 +67,10 @@ FAMILIES = {
             "each rollout process) and decorrelates its envs at start (random steps, not counted "
             "as frames, but in its wall time); Sample Factory's Atari default `lr_schedule="
             "linear_decay` is replaced by a constant rate, which is all sfbus has; its Atari "
-            "default `async_rl=False` by async, as sfbus runs. The curves' time axis starts at "
+            "default `async_rl=False` by async, as sfbus runs. sfbus shuffles the minibatches "
+            "(its default); the Sample Factory run shown kept its Atari default, buffer order "
+            "(it ran before the harness passed `--shuffle_minibatches`). The curves' time axis "
+            "starts at "
             "launch for Sample Factory and at sfbus's stats actor's start (a few seconds after "
             "launch) for sfbus; the wall-time column is launch to exit for both.")),
     "mujoco_halfcheetah": Family(
@@ -75,11 +80,13 @@ FAMILIES = {
             "HalfCheetah-v4 (its own env; the same body, reward and 1000-step limit). sfbus "
             "clips actions to the Box on their way to the env, Sample Factory sends them "
             "unclipped (MuJoCo clamps the controls; the control cost sees the raw action). "
-            "Sample Factory's MuJoCo defaults `lr_schedule=linear_decay` and `kl_loss_coeff=0.1` "
-            "are replaced by a constant rate and no KL loss, which is all sfbus has; its "
+            "Both decay the learning rate linearly to 0 over the frames of the run (Sample "
+            "Factory's MuJoCo default; `--set appo.lr_schedule=linear_decay` for sfbus). Sample "
+            "Factory's `kl_loss_coeff=0.1` is replaced by no KL loss, which sfbus lacks; its "
             "`async_rl=False` by async, as sfbus runs; its `policy_initialization=torch_default` "
             "is kept. The curves' time axis starts at launch for Sample Factory and at sfbus's "
-            "stats actor's start for sfbus; the wall-time column is launch to exit for both.")),
+            "stats actor's start for sfbus; the wall-time column is launch to exit for both."),
+        sets=("appo.lr_schedule=linear_decay",)),
 }
 
 
@@ -88,14 +95,14 @@ def topology_settings(family: Family) -> tuple[DataPathParams, AppoConfig, int]:
     from sfbus.validation import read_topology
 
     actors = {a.name: (process, a) for process in read_topology(
-        str(ROOT / family.topology), ()).processes for a in process.actors}
+        str(ROOT / family.topology), family.sets).processes for a in process.actors}
     process, rollout = actors["rollout"]
     return rollout.params, actors["learner"][1].params.appo, process.replicas
 
 
 def sf_flags(family: Family, env: str, frames: int, seed: int, train_dir: Path) -> list[str]:
-    """Sample Factory's flags for the recipe the topology sets (on the CPU, no schedule and no KL
-    loss: sfbus has neither)."""
+    """Sample Factory's flags for the recipe the topology sets (on the CPU; no KL loss: sfbus has
+    none)."""
     data, appo, workers = topology_settings(family)
     minibatch = data.batch_size // appo.num_batches_per_epoch
     return [f"--env={env}", "--device=cpu", f"--seed={seed}", f"--train_for_env_steps={frames}",
@@ -103,14 +110,16 @@ def sf_flags(family: Family, env: str, frames: int, seed: int, train_dir: Path) 
             f"--worker_num_splits={data.num_splits}", f"--rollout={data.rollout}",
             f"--batch_size={minibatch}", f"--num_batches_per_epoch={appo.num_batches_per_epoch}",
             f"--num_epochs={appo.num_epochs}", f"--async_rl={data.mode == 'async'}",
-            f"--learning_rate={appo.lr}", "--lr_schedule=constant", f"--adam_eps={appo.adam_eps}",
+            f"--learning_rate={appo.lr}", f"--lr_schedule={appo.lr_schedule}",
+            f"--lr_schedule_kl_threshold={appo.lr_schedule_kl_threshold}",
+            f"--shuffle_minibatches={appo.shuffle_minibatches}", f"--adam_eps={appo.adam_eps}",
             f"--max_grad_norm={appo.max_grad_norm}", f"--gamma={appo.gamma}",
             f"--gae_lambda={appo.gae_lambda}", f"--with_vtrace={appo.with_vtrace}",
             f"--ppo_clip_ratio={appo.ppo_clip_ratio}", f"--ppo_clip_value={appo.ppo_clip_value}",
             f"--exploration_loss_coeff={appo.entropy_coeff}",
             f"--value_loss_coeff={appo.value_loss_coeff}", "--kl_loss_coeff=0.0",
             f"--normalize_returns={appo.normalize_returns}",
-            f"--value_bootstrap={getattr(appo, 'value_bootstrap', False)}",
+            f"--value_bootstrap={appo.value_bootstrap}",
             *model_flags(data.model), "--serial_mode=False", "--with_wandb=False",
             f"--train_dir={train_dir}", "--experiment=run"]
 
@@ -123,11 +132,11 @@ def model_flags(model: ModelConfig) -> list[str]:
                "mlp": ["--encoder_mlp_layers", *map(str, model.mlp_layers)]}
     if model.encoder not in encoder:
         raise SystemExit(f"model.encoder {model.encoder!r} has no Sample Factory counterpart here")
-    # The continuous head's settings exist where sfbus has continuous actions.
-    continuous = [f"--{name}={getattr(model, name)}" for name in ("adaptive_stddev",
-                  "initial_stddev") if hasattr(model, name)]
     return [*encoder[model.encoder], "--use_rnn=False", f"--nonlinearity={model.nonlinearity}",
-            f"--normalize_input={model.normalize_input}", *continuous]
+            f"--normalize_input={model.normalize_input}",
+            f"--adaptive_stddev={model.adaptive_stddev}",
+            f"--initial_stddev={model.initial_stddev}",
+            f"--continuous_tanh_scale={model.continuous_tanh_scale}"]
 
 
 def run_folder(env: str, system: str, seed: int) -> Path:
@@ -143,8 +152,8 @@ def train(env: str, system: str, seed: int, frames: int) -> Path:
     family = FAMILIES[env]
     started = time.time()
     if system == "sfbus":
-        learning.train(f"{system}-seed{seed}", family.topology, [f"seed={seed}"], frames,
-                       folder.parent)
+        learning.train(f"{system}-seed{seed}", family.topology, [*family.sets, f"seed={seed}"],
+                       frames, folder.parent)
     else:
         python = sample_factory.ensure_venv()
         folder.mkdir(parents=True, exist_ok=True)
@@ -216,12 +225,15 @@ def write_docs(env: str, frames: int, seeds: list[int], text: str,
         if path.stem in ("reward_vs_frames", "reward_vs_time"):
             suffix = "" if path.stem == "reward_vs_frames" else "_time"
             (ROOT / "docs" / f"{env}_vs_sf{suffix}.png").write_bytes(path.read_bytes())
-    flags = " ".join(f for f in sf_flags(family, env, frames, seeds[0], Path("T"))
+    # The flags the first run was given, as Sample Factory saved them.
+    config = run_folder(env, "sample_factory", seeds[0]) / "train_dir" / "run" / "config.json"
+    flags = " ".join(f for f in json.loads(config.read_text())["command_line"].split()
                      if not f.startswith(("--train_dir", "--seed", "--experiment")))
     write_section(f"## Learning side by side with Sample Factory: {env}", (
         f"Command: `python -m bench.learning_vs_sf --env {env} --frames {frames} --seeds "
         f"{','.join(map(str, seeds))} --write-docs` — sfbus trains `sfbus run {family.topology} "
-        f"--max-frames {frames} --set seed=K`, then Sample Factory 2.1.1 (its own venv) "
+        f"--max-frames {frames}{''.join(' --set ' + x for x in family.sets)} --set seed=K`, "
+        f"then Sample Factory 2.1.1 (its own venv) "
         f"`python -m {family.sf_module} {flags} --seed=K`, one run after another.\n\n"
         f"Machine: {machine_line(_versions())}. The 2 cores are shared with other sessions' "
         f"tests, which run at the same time: wall times and frame rates are noisy, and lower "
