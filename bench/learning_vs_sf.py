@@ -105,12 +105,15 @@ def sf_flags(family: Family, env: str, frames: int, seed: int, train_dir: Path) 
     none)."""
     data, appo, workers = topology_settings(family)
     minibatch = data.batch_size // appo.num_batches_per_epoch
+    # Sample Factory 2.1.1's --lr_schedule refuses linear_decay (not among its choices), which
+    # its Atari and MuJoCo scripts set as their default: that default is left to give it.
+    schedule = [] if appo.lr_schedule == "linear_decay" else [f"--lr_schedule={appo.lr_schedule}"]
     return [f"--env={env}", "--device=cpu", f"--seed={seed}", f"--train_for_env_steps={frames}",
             f"--num_workers={workers}", f"--num_envs_per_worker={data.num_envs}",
             f"--worker_num_splits={data.num_splits}", f"--rollout={data.rollout}",
             f"--batch_size={minibatch}", f"--num_batches_per_epoch={appo.num_batches_per_epoch}",
             f"--num_epochs={appo.num_epochs}", f"--async_rl={data.mode == 'async'}",
-            f"--learning_rate={appo.lr}", f"--lr_schedule={appo.lr_schedule}",
+            f"--learning_rate={appo.lr}", *schedule,
             f"--lr_schedule_kl_threshold={appo.lr_schedule_kl_threshold}",
             f"--shuffle_minibatches={appo.shuffle_minibatches}", f"--adam_eps={appo.adam_eps}",
             f"--max_grad_norm={appo.max_grad_norm}", f"--gamma={appo.gamma}",
