@@ -38,7 +38,6 @@ from components.models import ModelConfig
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "runs" / "learning_vs_sf"
 SYSTEMS = ("sfbus", "sample_factory")
-MEASURE = "true_reward"
 
 
 @dataclass(frozen=True)
@@ -49,6 +48,8 @@ class Family:
     sf_module: str
     bars: tuple[float, ...]
     measure: str = "raw game score"
+    key: str = "true_reward"
+    """The progress key both systems report the measure under."""
     notes: str = ""
     """What still differs between the two, for the docs."""
     sets: tuple[str, ...] = ()
@@ -75,7 +76,7 @@ FAMILIES = {
             "launch) for sfbus; the wall-time column is launch to exit for both.")),
     "mujoco_halfcheetah": Family(
         "topologies/mujoco_halfcheetah.yaml", "sf_examples.mujoco.train_mujoco",
-        (0.0, 1000.0, 2000.0), measure="episode reward", notes=(
+        (0.0, 1000.0, 2000.0), measure="episode reward", key="reward", notes=(
             "sfbus trains gymnasium 1's HalfCheetah-v5, Sample Factory gymnasium 0.29's "
             "HalfCheetah-v4 (its own env; the same body, reward and 1000-step limit). sfbus "
             "clips actions to the Box on their way to the env, Sample Factory sends them "
@@ -187,7 +188,8 @@ def load(env: str, system: str, seed: int) -> tuple[Progress, float]:
     if system == "sample_factory":  # its records carry the epoch time of the moment
         run.time = [t - wall["started"] for t in run.time]
     # The one measure both are compared on, under the key the figures draw.
-    run.policies = [{"0": {"reward": r["0"][MEASURE]}} if MEASURE in r.get("0", {}) else {}
+    key = FAMILIES[env].key
+    run.policies = [{"0": {"reward": r["0"][key]}} if key in r.get("0", {}) else {}
                     for r in run.policies]
     return run, wall["wall_s"]
 
