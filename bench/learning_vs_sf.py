@@ -67,13 +67,13 @@ FAMILIES = {
             "it: Sample Factory runs its inference worker as a third process (sfbus hosts one in "
             "each rollout process) and decorrelates its envs at start (random steps, not counted "
             "as frames, but in its wall time); Sample Factory's Atari default `lr_schedule="
-            "linear_decay` is replaced by a constant rate, which is all sfbus has; its Atari "
-            "default `async_rl=False` by async, as sfbus runs. sfbus shuffles the minibatches "
-            "(its default); the Sample Factory run shown kept its Atari default, buffer order "
-            "(it ran before the harness passed `--shuffle_minibatches`). The curves' time axis "
-            "starts at "
-            "launch for Sample Factory and at sfbus's stats actor's start (a few seconds after "
-            "launch) for sfbus; the wall-time column is launch to exit for both.")),
+            "linear_decay` is replaced by the constant rate of sfbus's Atari topology; its "
+            "Atari default `async_rl=False` by async, as sfbus runs. sfbus shuffles the "
+            "minibatches (its default); the Sample Factory run shown kept its Atari default, "
+            "buffer order (it ran before the harness passed `--shuffle_minibatches`). The "
+            "curves' time axis starts at launch for Sample Factory and at sfbus's stats actor's "
+            "start (a few seconds after launch) for sfbus; the wall-time column is launch to "
+            "exit for both.")),
     "mujoco_halfcheetah": Family(
         "topologies/mujoco_halfcheetah.yaml", "sf_examples.mujoco.train_mujoco",
         (0.0, 1000.0, 2000.0), measure="episode reward", key="reward", notes=(
