@@ -6,8 +6,10 @@ Sample Factory is installed into its own virtual environment, ``bench/.venvs/sam
 
 - *full training* (:func:`run_training`) is exactly what ``python -m
   sf_examples.vizdoom.train_vizdoom FLAGS`` does (register the VizDoom envs and encoder, parse,
-  ``run_rl``), plus a handler beside the runner's own for the learner's env-step reports, which
-  appends (time, env frames) to ``progress.jsonl`` at every training iteration;
+  ``run_rl``; for ``atari_*`` and ``mujoco_*`` envs ``train_atari``'s and ``train_mujoco``'s
+  registration and parsing instead, as ``bench/learning_vs_sf.py`` uses), plus a handler beside
+  the runner's own for the learner's env-step reports, which appends (time, env frames, the
+  100-episode means) to ``progress.jsonl`` at every training iteration;
 - *the sampler alone* (:func:`run_sampler`) is Sample Factory's own sampling-without-learning API,
   ``sample_factory.algo.sampling.simplified_sampling_api.SamplingLoop`` (the engine behind its
   ``SyncSamplingAPI`` and ``sf_examples/sampler``): the same rollout workers and inference worker
