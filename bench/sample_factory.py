@@ -6,8 +6,10 @@ Sample Factory is installed into its own virtual environment, ``bench/.venvs/sam
 
 - *full training* (:func:`run_training`) is exactly what ``python -m
   sf_examples.vizdoom.train_vizdoom FLAGS`` does (register the VizDoom envs and encoder, parse,
-  ``run_rl``), plus a handler beside the runner's own for the learner's env-step reports, which
-  appends (time, env frames) to ``progress.jsonl`` at every training iteration;
+  ``run_rl``; for ``atari_*`` and ``mujoco_*`` envs ``train_atari``'s and ``train_mujoco``'s
+  registration and parsing instead, as ``bench/learning_vs_sf.py`` uses), plus a handler beside
+  the runner's own for the learner's env-step reports, which appends (time, env frames, the
+  100-episode means) to ``progress.jsonl`` at every training iteration;
 - *the sampler alone* (:func:`run_sampler`) is Sample Factory's own sampling-without-learning API,
   ``sample_factory.algo.sampling.simplified_sampling_api.SamplingLoop`` (the engine behind its
   ``SyncSamplingAPI`` and ``sf_examples/sampler``): the same rollout workers and inference worker
@@ -55,7 +57,11 @@ VENV = ROOT / "bench" / ".venvs" / "sample-factory"
 # caps numpy<2 and gymnasium<1 itself, so pip settles on numpy 1.26 and gymnasium 0.29, which run
 # with Python 3.11 and torch 2.13: nothing else needs pinning. Its VizDoom extra only adds pygame,
 # for rendering, which the benchmark never does.
-REQUIREMENTS = (("torch==2.13.0",), ("sample-factory==2.1.1", "vizdoom==1.3.2"))
+# The learning comparison (bench/learning_vs_sf.py) adds Atari and MuJoCo: ale-py 0.9 is the last
+# with its ROMs in the wheel that still accepts gymnasium 0.29 (0.10 needs gymnasium 1), and
+# mujoco 3.1 runs gymnasium 0.29's v4 envs, whose renderer module imports imageio.
+REQUIREMENTS = (("torch==2.13.0",), ("sample-factory==2.1.1", "vizdoom==1.3.2", "ale-py==0.9.1",
+                                     "mujoco==3.1.6", "imageio"))
 _MARKER = VENV / "bench-requirements.txt"
 PROGRESS_INTERVAL_S = 0.1  # as sfbus's stats actor reports in the bench
 STOP_S = 60.0  # Sample Factory saves a checkpoint and closes every env on Ctrl-C
@@ -184,16 +190,17 @@ def _shared_memory(group: int) -> set[Path]:
 # ----- inside Sample Factory's venv ---------------------------------------------------------
 
 class _ProgressLog:
-    """Appends ``{"time", "env_frames"}`` records to ``progress.jsonl``, at most one per
+    """Appends ``{"time", "env_frames", "policies"}`` records to ``progress.jsonl``, at most one per
     ``PROGRESS_INTERVAL_S``; names the worker processes in ``processes.json`` before the first
-    frames are recorded (all of them have started by then)."""
+    frames are recorded (all of them have started by then). ``policies`` holds policy 0's
+    episode means as sfbus's stats actor names them (:func:`_episode_means`)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.file = (folder / "progress.jsonl").open("a")
         self.last = 0.0
 
-    def update(self, frames: int) -> None:
+    def update(self, frames: int, policies: dict[str, dict[str, float]] | None = None) -> None:
         """Record ``frames`` (env frames so far) now, unless the last record is too recent."""
         now = time.time()
         if frames <= 0 or now - self.last < PROGRESS_INTERVAL_S:
@@ -202,16 +209,56 @@ class _ProgressLog:
             names = {p.pid: p.name for p in multiprocessing.active_children()}
             (self.folder / "processes.json").write_text(json.dumps(names))
         self.last = now
-        self.file.write(json.dumps({"time": now, "env_frames": frames}) + "\n")
+        record = {"time": now, "env_frames": frames, "policies": policies or {}}
+        self.file.write(json.dumps(record) + "\n")
         self.file.flush()
 
 
+def _episode_means(runner: Any) -> dict[str, dict[str, float]]:
+    """Policy 0's means over the runner's last ``stats_avg`` (100) episodes, in sfbus's names:
+    ``reward`` is Sample Factory's episode reward (for Atari: one life, clipped), ``true_reward``
+    the whole game's raw score where ``RecordEpisodeStatistics`` reports it (Atari), else
+    its ``true_objective``."""
+    stats = runner.policy_avg_stats
+    means = {}
+    for ours, theirs in (("reward", ("reward",)),
+                         ("true_reward", ("RecordEpisodeStatistics_reward", "true_objective"))):
+        found = next((stats[k][0] for k in theirs if k in stats and len(stats[k][0])), None)
+        if found is not None:
+            means[ours] = float(sum(found) / len(found))
+    return {"0": means} if means else {}
+
+
 def _config(flags: list[str]) -> Any:
-    """Sample Factory's configuration, parsed as ``train_vizdoom`` parses it."""
+    """Sample Factory's configuration, parsed as its example script for the env's family
+    (``train_vizdoom``, ``train_atari`` or ``train_mujoco``) parses it."""
+    env = next((f.split("=", 1)[1] for f in flags if f.startswith("--env=")), "")
+    if env.startswith("atari_"):
+        from sample_factory.envs.env_utils import register_env
+        from sf_examples.atari.atari_utils import ATARI_ENVS
+        from sf_examples.atari.train_atari import parse_atari_args
+
+        for spec in ATARI_ENVS:  # as register_atari_components, through _make_atari_env
+            register_env(spec.name, _make_atari_env)
+        return parse_atari_args(flags)
+    if env.startswith("mujoco_"):
+        from sf_examples.mujoco.train_mujoco import parse_mujoco_cfg, register_mujoco_components
+
+        register_mujoco_components()
+        return parse_mujoco_cfg(flags)
     from sf_examples.vizdoom.train_vizdoom import parse_vizdoom_cfg, register_vizdoom_components
 
     register_vizdoom_components()
     return parse_vizdoom_cfg(flags)
+
+
+def _make_atari_env(*args: Any, **kwargs: Any) -> Any:
+    """``make_atari_env`` once ale-py's ids are registered: ale-py 0.9 registers them with
+    gymnasium 0.29 on import, not through the entry point ale-py 0.8 had."""
+    import ale_py  # noqa: F401
+    from sf_examples.atari.atari_utils import make_atari_env
+
+    return make_atari_env(*args, **kwargs)
 
 
 def _train_inside(flags: list[str], progress: _ProgressLog) -> int:
@@ -222,7 +269,7 @@ def _train_inside(flags: list[str], progress: _ProgressLog) -> int:
     _, runner = make_runner(_config(flags))
     # Appended after the runner's own handler, which has updated ``env_steps`` by then.
     runner.policy_msg_handlers[LEARNER_ENV_STEPS].append(
-        lambda r, _msg, _policy: progress.update(sum(r.env_steps.values())))
+        lambda r, _msg, _policy: progress.update(sum(r.env_steps.values()), _episode_means(r)))
     status = runner.init()
     if status == ExperimentStatus.SUCCESS:
         status = runner.run()

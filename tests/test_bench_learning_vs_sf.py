@@ -1,0 +1,58 @@
+"""The learning comparison's bookkeeping: Sample Factory's flags carry the topology's recipe, its
+episode means are read under sfbus's names, and runs are compared at equal frames."""
+
+from collections import deque
+from pathlib import Path
+from types import SimpleNamespace
+
+import yaml
+
+from bench import learning_vs_sf
+from bench.sample_factory import _episode_means
+from components.commands.plot import Progress
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _flag(flags: list[str], name: str) -> str:
+    return next(f.split("=", 1)[1] for f in flags if f.startswith(f"--{name}="))
+
+
+def test_sf_flags_carry_the_breakout_topology_recipe() -> None:
+    settings = yaml.safe_load((ROOT / "topologies/atari_breakout.yaml").read_text())["settings"]
+    flags = learning_vs_sf.sf_flags(learning_vs_sf.FAMILIES["atari_breakout"], "atari_breakout",
+                                    300_000, 7, Path("/tmp/x"))
+    appo = settings["appo"]
+    assert _flag(flags, "num_envs_per_worker") == str(settings["num_envs"])
+    assert _flag(flags, "rollout") == str(settings["rollout"])
+    # SF's batch_size is one minibatch: the topology's batch cut into num_batches_per_epoch.
+    assert int(_flag(flags, "batch_size")) * appo["num_batches_per_epoch"] == \
+        settings["batch_size"]
+    assert _flag(flags, "num_epochs") == str(appo["num_epochs"])
+    assert float(_flag(flags, "learning_rate")) == appo["lr"]
+    assert float(_flag(flags, "exploration_loss_coeff")) == appo["entropy_coeff"]
+    assert _flag(flags, "with_vtrace") == "False"
+    assert _flag(flags, "encoder_conv_architecture") == "convnet_atari"
+    assert _flag(flags, "use_rnn") == "False"
+    assert _flag(flags, "seed") == "7"
+    assert _flag(flags, "train_for_env_steps") == "300000"
+
+
+def test_episode_means_prefer_the_whole_game_score() -> None:
+    runner = SimpleNamespace(policy_avg_stats={
+        "reward": [deque([1.0, 0.0, 2.0])],
+        "true_objective": [deque([1.0, 0.0, 2.0])],
+        "RecordEpisodeStatistics_reward": [deque([4.0, 6.0])]})
+    assert _episode_means(runner) == {"0": {"reward": 1.0, "true_reward": 5.0}}
+    runner.policy_avg_stats.pop("RecordEpisodeStatistics_reward")
+    assert _episode_means(runner)["0"]["true_reward"] == 1.0
+    assert _episode_means(SimpleNamespace(policy_avg_stats={})) == {}
+
+
+def test_at_frames_takes_the_last_report_not_past_the_frames() -> None:
+    run = Progress("r", time=[1.0, 2.0, 3.0, 4.0], frames=[100, 200, 300, 400],
+                   policies=[{"0": {"reward": 1.0}}, {}, {"0": {"reward": 3.0}},
+                             {"0": {"reward": 4.0}}])
+    assert learning_vs_sf.at_frames(run, 350) == 3.0
+    assert learning_vs_sf.at_frames(run, 299) == 1.0
+    assert str(learning_vs_sf.at_frames(run, 50)) == "nan"
