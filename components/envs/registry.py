@@ -229,7 +229,7 @@ def _unknown(name: str, candidates: list[str]) -> str:
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     # The 100-odd Atari games would drown the other names: they are named by their pattern.
     listed = [c for c in candidates if not c.startswith("atari_")] or candidates
-    listed = listed if len(listed) <= 40 else [*close, "..."]
+    listed = listed if len(listed) <= 80 else [*close, "..."]
     return (f"unknown env {name!r}{hint} Known: {', '.join(listed)}; also 'atari_<game>' for "
             "the Atari games of ale-py, 'gym:<EnvId>' for any gymnasium id, "
             "'pettingzoo:<module>' for a PettingZoo parallel env, 'envpool:<TaskId>' for "

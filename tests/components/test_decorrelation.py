@@ -59,10 +59,13 @@ def test_env_e_of_a_worker_starts_rollout_times_e_steps_in():
                                decorrelate_envs_on_one_worker=decorrelate)
         envs = WorkerEnvs(params, "w", 0, 0, 1, np.zeros(4, np.int64),
                           logging.getLogger(__name__), fail)
-        outs = [envs_obs for envs_obs in (StepCounter().spec.empty_obs() for _ in range(4))]
-        envs.create(outs)
-        assert [env.steps for env in (e.env for e in envs.envs)] == expected
-        assert [float(out["obs"][0, 0]) for out in outs] == expected  # the rows carry it on
+        outs = [StepCounter().spec.empty_obs() for _ in range(4)]
+        try:
+            envs.create(outs)
+            assert [env.steps for env in (e.env for e in envs.envs)] == expected
+            assert [float(out["obs"][0, 0]) for out in outs] == expected  # rows carry it on
+        finally:
+            envs.close()  # stops the step watchdog and gives its signal handler back
 
 
 def test_decorrelation_wait_must_be_finite_and_not_negative():
