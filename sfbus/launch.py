@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sfbus.errors import BadInput
+from sfbus.rundir import RunLimits
+from sfbus.topology.model import Topology
 
 
 def run(topology: str | os.PathLike[str], overrides: Sequence[str] = (), *,
@@ -36,6 +38,7 @@ def run(topology: str | os.PathLike[str], overrides: Sequence[str] = (), *,
 
     _check_limits(max_seconds, max_frames, metrics_port)
     loaded = read_topology(os.fspath(topology), tuple(overrides))
+    _check_actors_limits(loaded, RunLimits(max_frames, max_seconds))
     # impossible sizes are bad input: check before starting
     check_shared_memory(RoutingTable(loaded).array_specs(), free=True)
     port = loaded.run.metrics_port if metrics_port is None else metrics_port
@@ -63,6 +66,19 @@ def run(topology: str | os.PathLike[str], overrides: Sequence[str] = (), *,
         return int(run_loop(Supervisor(loaded, loaded.document, options).run()))
     finally:
         lock.release()
+
+
+def _check_actors_limits(topology: Topology, limits: RunLimits) -> None:
+    """An actor whose parameters define ``check_limits(limits)`` may refuse the run's limits
+    (a setting that needs ``--max-frames``): bad input before anything starts."""
+    for process in topology.processes:
+        for actor in process.actors:
+            check = getattr(actor.params, "check_limits", None)
+            if callable(check):
+                try:
+                    check(limits)
+                except ValueError as error:
+                    raise BadInput(f"actor '{actor.name}': {error}") from None
 
 
 def _check_limits(max_seconds: float | None, max_frames: int | None,

@@ -61,6 +61,7 @@ from sfbus import (
     ActorContext,
     ArraySpec,
     RateLimitedLog,
+    RunLimits,
     RunRecords,
     Signal,
     Topology,
@@ -135,6 +136,13 @@ class Learner(Actor):
                     f"trajectories of a batch (batch_size {self.batch_size} / rollout "
                     f"{self.rollout} = {self.trajectories_per_batch}); every minibatch needs one")
 
+        def check_limits(self, limits: RunLimits) -> None:
+            """Refuse run limits a setting cannot work with (``sfbus run`` asks before
+            anything starts)."""
+            if self.appo.lr_schedule == "linear_decay" and not limits.max_frames:
+                raise ValueError("appo.lr_schedule linear_decay decays the rate over the run's "
+                                 "--max-frames; give --max-frames or another schedule")
+
     learner_idle = Signal(LearnerIdle, "ready for the next batch")
     slots_released = Signal(SlotsReleased, "a worker's slots were copied (one per worker)")
     weights_updated = Signal(WeightsUpdated, "new weights are published")
@@ -194,9 +202,8 @@ class Learner(Actor):
         self._numerics = NumericsGuard(self.training, p.max_bad_updates, p.good_state_every,
                                        self.log, self.name, self._m_restores)
         max_frames = None if self.context is None else self.context.limits.max_frames
-        if p.appo.lr_schedule == "linear_decay" and not max_frames:
-            raise ValueError(f"{self.name}: appo.lr_schedule linear_decay decays the rate over "
-                             "the run's --max-frames; give --max-frames or another schedule")
+        if self.context is not None:
+            p.check_limits(self.context.limits)
         if p.appo.exploration_loss == "symmetric_kl" and self.spec.is_continuous:
             raise ValueError(f"{self.name}: appo.exploration_loss symmetric_kl needs categorical "
                              f"actions; env {p.env!r} has continuous ones (use entropy)")

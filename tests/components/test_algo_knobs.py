@@ -276,3 +276,20 @@ def test_recurrence_must_divide_the_rollout():
 
     with pytest.raises(ValueError, match="recurrence"):
         Learner.Params(env="gym:CartPole-v1", rollout=32, appo=AppoConfig(recurrence=5))
+
+
+def test_linear_decay_without_max_frames_is_refused_before_anything_starts(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "sfbus", "run", str(root / "topologies" / "cartpole.yaml"),
+         "--set", "appo.lr_schedule=linear_decay", "--max-seconds", "30",
+         "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=60, cwd=root)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "actor 'learner': appo.lr_schedule linear_decay decays the rate over the run's " \
+           "--max-frames" in done.stderr
+    assert not (tmp_path / "run").exists()
