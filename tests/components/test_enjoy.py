@@ -23,7 +23,8 @@ from sfbus.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
 EPISODE = re.compile(
-    r"^episode (\d+): return (-?\d+\.\d+), length (\d+)( \(cut at --max-steps\))?$", re.MULTILINE)
+    r"^episode (\d+): return (-?\d+\.\d+)( \(true -?\d+\.\d+\))?, length (\d+)"
+    r"( \(cut at --max-steps\))?$", re.MULTILINE)
 
 
 def make_run(run_dir: Path, topology_file: str, overrides: tuple[str, ...] = ()) -> Path:
@@ -50,7 +51,12 @@ def enjoy(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
 
 def episodes(out: str) -> list[tuple[float, int, bool]]:
     """The (return, length, cut) of each episode line of the output."""
-    return [(float(m[2]), int(m[3]), bool(m[4])) for m in EPISODE.finditer(out)]
+    return [(float(m[2]), int(m[4]), bool(m[5])) for m in EPISODE.finditer(out)]
+
+
+def true_returns_shown(out: str) -> list[bool]:
+    """Whether each episode line also shows the env's true (unshaped) return."""
+    return [bool(m[3]) for m in EPISODE.finditer(out)]
 
 
 def mp4_frames(path: Path) -> tuple[int, tuple[int, int]]:
@@ -112,7 +118,8 @@ def test_doom_video_is_native_160x120(tmp_path, capsys):
     code, out, err = enjoy(capsys, str(run), "--episodes", "1", "--max-steps", "6",
                            "--video", str(video))
     assert code == 0, err
-    [(_, length, _)] = episodes(out)
+    [(_, length, cut)] = episodes(out)
+    assert true_returns_shown(out) == [not cut]  # VizDoom's unshaped score comes at episode end
     assert f"{length} frames, 160x120" in out
     assert mp4_frames(video) == (length, (160, 120))
 
