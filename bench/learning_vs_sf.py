@@ -2,9 +2,9 @@
 
 ``python -m bench.learning_vs_sf --env atari_breakout --frames N [--seeds 0,1] [--systems
 sfbus,sample_factory] [--write-docs]`` trains the env family's topology with ``sfbus run TOPOLOGY
---max-frames N`` and then Sample Factory's own example (``sf_examples.atari.train_atari`` or
-``sf_examples.mujoco.train_mujoco``, from its venv, :mod:`bench.sample_factory`) to the same env
-frames, one run after another, never two at once. Sample Factory gets the topology's settings as
+--max-frames N`` and then Sample Factory's own example (``sf_examples.vizdoom.train_vizdoom``,
+``sf_examples.atari.train_atari`` or ``sf_examples.mujoco.train_mujoco``, from its venv,
+:mod:`bench.sample_factory`) to the same env frames, one run after another, never two at once. Sample Factory gets the topology's settings as
 its flags (:func:`sf_flags`): same workers, envs per worker, splits, rollout, batch, epochs,
 minibatches, optimiser, losses and seed, so the two differ in the system, not the recipe.
 
@@ -13,8 +13,9 @@ Each run keeps its folder under ``runs/learning_vs_sf/ENV/SYSTEM-seedK`` (ignore
 its 100-episode means at every training iteration) and ``wall.json`` (launch to exit); a finished
 run is not trained again, so ``--write-docs`` can redraw from runs already made. Both are
 compared on one measure, ``true_reward``: for Atari the whole game's raw score (sfbus's
-``episode_true_return``, Sample Factory's ``RecordEpisodeStatistics`` reward), for MuJoCo the
-episode's reward.
+``episode_true_return``, Sample Factory's ``RecordEpisodeStatistics`` reward), for VizDoom the
+game's own reward before shaping (Sample Factory's ``true_objective``; for ``basic`` scaled by
+its 0.01, which the tables undo), for MuJoCo the episode's reward.
 """
 
 from __future__ import annotations
@@ -55,9 +56,31 @@ class Family:
     sets: tuple[str, ...] = ()
     """``--set`` overrides of the topology, for sfbus's run and Sample Factory's flags alike."""
     extra: tuple[str, ...] = field(default=())
+    sf_factor: float = 1.0
+    """Sample Factory's measure times this is sfbus's (it reports doom_basic's scaled reward)."""
 
 
+DOOM_NOTES = (
+    "Same scenario on both sides as Sample Factory trains it (its action space, reward scale, "
+    "gathering shaping and its own cfg's rewards, buttons and HUD: "
+    "`components/envs/doom/scenarios.py`), same model (conv_simple encoder, GRU 512), 160x120 "
+    "frames resized to 128x72, frameskip 4, and Sample Factory's VizDoom defaults on both "
+    "(symmetric-KL exploration 0.001, value clipping 0.2, input and return normalisation). Left "
+    "as each system has it: Sample Factory runs its inference worker as a third process (sfbus "
+    "hosts one in each rollout process) and decorrelates its envs at start. The curves' time "
+    "axis starts at launch for Sample Factory and at sfbus's stats actor's start for sfbus; the "
+    "wall-time column is launch to exit for both.")
 FAMILIES = {
+    "doom_basic": Family(
+        "topologies/doom_basic.yaml", "sf_examples.vizdoom.train_vizdoom", (50.0, 70.0),
+        measure="game reward", sets=("env=doom_basic",), notes=DOOM_NOTES, sf_factor=100.0),
+    "doom_health_gathering_supreme": Family(
+        "topologies/doom_basic.yaml", "sf_examples.vizdoom.train_vizdoom", (6.0, 10.0, 15.0),
+        measure="game reward (0.01 per tic alive)", sets=("env=doom_health_gathering_supreme",),
+        notes=DOOM_NOTES),
+    "doom_defend_the_center": Family(
+        "topologies/doom_basic.yaml", "sf_examples.vizdoom.train_vizdoom", (5.0, 10.0, 15.0),
+        measure="game reward (kills)", sets=("env=doom_defend_the_center",), notes=DOOM_NOTES),
     "atari_breakout": Family(
         "topologies/atari_breakout.yaml", "sf_examples.atari.train_atari", (2.0, 5.0, 10.0),
         notes=(
@@ -120,7 +143,9 @@ def sf_flags(family: Family, env: str, frames: int, seed: int, train_dir: Path) 
             f"--max_grad_norm={appo.max_grad_norm}", f"--gamma={appo.gamma}",
             f"--gae_lambda={appo.gae_lambda}", f"--with_vtrace={appo.with_vtrace}",
             f"--ppo_clip_ratio={appo.ppo_clip_ratio}", f"--ppo_clip_value={appo.ppo_clip_value}",
+            f"--exploration_loss={appo.exploration_loss}",
             f"--exploration_loss_coeff={appo.entropy_coeff}",
+            f"--recurrence={appo.recurrence or data.rollout}",
             f"--value_loss_coeff={appo.value_loss_coeff}", "--kl_loss_coeff=0.0",
             f"--normalize_returns={appo.normalize_returns}",
             f"--value_bootstrap={appo.value_bootstrap}",
@@ -130,13 +155,19 @@ def sf_flags(family: Family, env: str, frames: int, seed: int, train_dir: Path) 
 
 def model_flags(model: ModelConfig) -> list[str]:
     """Sample Factory's flags for the same network as sfbus's ``model`` settings."""
-    if model.core != "none":
-        raise SystemExit(f"model.core {model.core!r}: only feed-forward models are compared")
+    if model.core not in ("none", "gru", "lstm"):
+        raise SystemExit(f"model.core {model.core!r} has no Sample Factory counterpart here")
     encoder = {"nature_cnn": ["--encoder_conv_architecture=convnet_atari"],
+               "conv_simple": ["--encoder_conv_architecture=convnet_simple",
+                               f"--encoder_conv_mlp_layers={model.hidden}"],
                "mlp": ["--encoder_mlp_layers", *map(str, model.mlp_layers)]}
+    encoder["auto"] = encoder["conv_simple"]  # the images-only envs compared here
     if model.encoder not in encoder:
         raise SystemExit(f"model.encoder {model.encoder!r} has no Sample Factory counterpart here")
-    return [*encoder[model.encoder], "--use_rnn=False", f"--nonlinearity={model.nonlinearity}",
+    core = ["--use_rnn=False"] if model.core == "none" else [
+        "--use_rnn=True", f"--rnn_type={model.core}", f"--rnn_size={model.core_size}",
+        f"--rnn_num_layers={model.rnn_num_layers}"]
+    return [*encoder[model.encoder], *core, f"--nonlinearity={model.nonlinearity}",
             f"--normalize_input={model.normalize_input}",
             f"--adaptive_stddev={model.adaptive_stddev}",
             f"--initial_stddev={model.initial_stddev}",
@@ -188,9 +219,10 @@ def load(env: str, system: str, seed: int) -> tuple[Progress, float]:
     if system == "sample_factory":  # its records carry the epoch time of the moment
         run.time = [t - wall["started"] for t in run.time]
     # The one measure both are compared on, under the key the figures draw.
-    key = FAMILIES[env].key
-    run.policies = [{"0": {"reward": r["0"][key]}} if key in r.get("0", {}) else {}
-                    for r in run.policies]
+    family = FAMILIES[env]
+    factor = family.sf_factor if system == "sample_factory" else 1.0
+    run.policies = [{"0": {"reward": r["0"][family.key] * factor}}
+                    if family.key in r.get("0", {}) else {} for r in run.policies]
     return run, wall["wall_s"]
 
 

@@ -56,3 +56,17 @@ def test_at_frames_takes_the_last_report_not_past_the_frames() -> None:
     assert learning_vs_sf.at_frames(run, 350) == 3.0
     assert learning_vs_sf.at_frames(run, 299) == 1.0
     assert str(learning_vs_sf.at_frames(run, 50)) == "nan"
+
+
+def test_sf_flags_carry_the_doom_recipe_and_recurrent_model() -> None:
+    flags = learning_vs_sf.sf_flags(learning_vs_sf.FAMILIES["doom_health_gathering_supreme"],
+                                    "doom_health_gathering_supreme", 4_000_000, 0, Path("/tmp/x"))
+    assert _flag(flags, "env") == "doom_health_gathering_supreme"
+    # doom_basic.yaml's Sample Factory VizDoom defaults reach its flags
+    assert _flag(flags, "exploration_loss") == "symmetric_kl"
+    assert float(_flag(flags, "exploration_loss_coeff")) == 0.001
+    assert float(_flag(flags, "ppo_clip_value")) == 0.2
+    assert (_flag(flags, "use_rnn"), _flag(flags, "rnn_type"), _flag(flags, "rnn_size")) == \
+        ("True", "gru", "512")
+    assert _flag(flags, "recurrence") == "32"  # the whole rollout, as sfbus's recurrence 0
+    assert _flag(flags, "encoder_conv_architecture") == "convnet_simple"

@@ -17,7 +17,7 @@ def test_sample_factory_action_heads_and_reward_scales():
     assert env_spec("doom_defend_the_center").action_heads == (3, 2)  # turn x attack
     assert env_spec("doom_defend_the_center").reward_scale == 1.0
     assert env_spec("doom_deadly_corridor").action_heads == (3, 3, 3, 2)
-    assert env_spec("doom_health_gathering_supreme").action_heads == (4,)
+    assert env_spec("doom_health_gathering_supreme").action_heads == (5,)  # + MOVE_BACKWARD
     assert env_spec("doom_defend_the_center", action_space="simple").action_heads == (4,)
 
 
@@ -75,3 +75,26 @@ def test_gathering_adds_one_per_health_rise_and_reports_the_game_reward(scenario
             health = now
         else:  # the shaping must have been exercised: medkits picked up in two episodes
             pytest.fail(f"{shaped_episodes} episodes with a health rise in 6000 steps")
+
+
+@pytest.mark.parametrize("scenario", ["health_gathering", "health_gathering_supreme"])
+def test_gathering_rewards_are_sample_factorys_cfg(scenario):
+    """0.01 per tic alive and no death penalty (VizDoom's cfg: 1 and -100, which drown the +1
+    shaping), and MOVE_BACKWARD among the buttons, as Sample Factory's own cfg has them."""
+    with make_env(f"doom_{scenario}", seed=5) as env:
+        obs = env.spec.empty_obs()
+        env.reset_into(obs)
+        buttons = env.game.get_available_buttons()
+        assert buttons == [vzd.Button.TURN_LEFT, vzd.Button.TURN_RIGHT, vzd.Button.MOVE_FORWARD,
+                           vzd.Button.MOVE_BACKWARD]
+        game_rewards = []
+        for _ in range(3000):
+            _, term, trunc, infos = env.step_into(np.array([[0]]), obs)  # idle: acid kills
+            if term[0]:
+                break
+            game_rewards.append(env.game.get_last_reward())
+        else:
+            pytest.fail("standing on the acid never ended the episode")
+        assert game_rewards == pytest.approx([0.04] * len(game_rewards))  # frameskip 4 x 0.01
+        # the last step is alive for part of its tics and has no penalty for dying
+        assert 0 <= infos[0]["episode_true_return"] - sum(game_rewards) <= 0.04 + 1e-9

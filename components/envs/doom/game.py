@@ -31,7 +31,7 @@ import numpy as np
 import vizdoom as vzd
 
 from components.envs.doom import spaces as ds
-from components.envs.doom.scenarios import SCENARIOS, group_actions
+from components.envs.doom.scenarios import SCENARIOS, Scenario, group_actions
 from components.envs.doom.scenarios import scenario as scenario_entry
 from components.envs.doom.shm import start_sweeper
 from components.envs.spec import (
@@ -137,6 +137,7 @@ class DoomEnv(MultiAgentEnv):
         g.set_screen_format(vzd.ScreenFormat.RGB24 if self._resize else vzd.ScreenFormat.CRCGCB)
         if episode_timeout is not None:
             g.set_episode_timeout(episode_timeout)
+        _apply_scenario_overrides(g, sc)
         if self._full:
             g.set_available_buttons(ds.FULL_BUTTONS)
         elif groups:
@@ -318,6 +319,22 @@ class DoomEnv(MultiAgentEnv):
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown, engine already gone
             self.close()
+
+
+def _apply_scenario_overrides(game: vzd.DoomGame, sc: Scenario) -> None:
+    """What the scenario's table entry changes against its cfg (see `scenarios`)."""
+    game.set_render_decals(False)
+    game.set_render_particles(False)
+    if sc.living_reward is not None:
+        game.set_living_reward(sc.living_reward)
+    if sc.death_penalty is not None:
+        game.set_death_penalty(sc.death_penalty)
+    if sc.buttons is not None:
+        game.set_available_buttons(list(sc.buttons))
+    if sc.hud is not None:
+        game.set_render_hud(sc.hud)
+    if sc.weapon is not None:
+        game.set_render_weapon(sc.weapon)
 
 
 def make_doom_env(scenario: str, *, action_space: str = "auto", frameskip: int = 4,

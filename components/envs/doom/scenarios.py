@@ -10,7 +10,12 @@ doom_utils.py), so that `doom_<name>` learns here as it does there:
 - its reward scale (basic and deadly_corridor: 0.01), applied by the learner before its own
   `reward_scale`, so the reported episode return stays the game's;
 - the gathering reward shaping of arXiv 1904.01806 (health_gathering*): +1 for every step whose
-  health rose, the game's own reward kept as the true objective.
+  health rose, the game's own reward kept as the true objective;
+- where Sample Factory ships its own `.cfg` for a scenario, what that cfg changes against
+  VizDoom's: the gathering scenarios reward 0.01 per tic alive with no death penalty (VizDoom's
+  1 per tic and -100 drown the +1 shaping; Sample Factory's true objective is then seconds alive
+  / 3.5) and add MOVE_BACKWARD; basic and the defend/corridor scenarios show the HUD. Sample
+  Factory turns decals and particles off everywhere; `game.py` does too.
 """
 
 from __future__ import annotations
@@ -40,19 +45,33 @@ class Scenario:
     """Factor on the game's reward before training (Sample Factory's `reward_scaling`)."""
     gathering: bool = False
     """+1 reward for every step in which health rose (the gathering scenarios' shaping)."""
+    living_reward: float | None = None
+    """Game reward per tic alive; None: the cfg's."""
+    death_penalty: float | None = None
+    """Game reward lost on death; None: the cfg's."""
+    buttons: tuple[vzd.Button, ...] | None = None
+    """The `simple` space's buttons; None: the cfg's."""
+    hud: bool | None = None
+    """Render the status bar into the observation; None: the cfg's."""
+    weapon: bool | None = None
+    """Render the player's weapon; None: the cfg's."""
 
 
 TURN = (B.TURN_LEFT, B.TURN_RIGHT)
+GATHERING = {"gathering": True, "living_reward": 0.01, "death_penalty": 0.0, "weapon": False,
+             "buttons": (*TURN, B.MOVE_FORWARD, B.MOVE_BACKWARD)}
 SCENARIOS: dict[str, Scenario] = {
-    "basic": Scenario("basic.cfg", reward_scale=0.01),
-    "deadly_corridor": Scenario("deadly_corridor.cfg", reward_scale=0.01, action_groups=(
+    "basic": Scenario("basic.cfg", reward_scale=0.01, hud=True),
+    "deadly_corridor": Scenario("deadly_corridor.cfg", reward_scale=0.01, hud=True, action_groups=(
         TURN, (B.MOVE_FORWARD, B.MOVE_BACKWARD), (B.MOVE_LEFT, B.MOVE_RIGHT), (B.ATTACK,))),
-    "defend_the_center": Scenario("defend_the_center.cfg", action_groups=(TURN, (B.ATTACK,))),
-    "defend_the_line": Scenario("defend_the_line.cfg", action_groups=(TURN, (B.ATTACK,))),
+    "defend_the_center": Scenario("defend_the_center.cfg", hud=True,
+                                  action_groups=(TURN, (B.ATTACK,))),
+    "defend_the_line": Scenario("defend_the_line.cfg", hud=True,
+                                action_groups=(TURN, (B.ATTACK,))),
     "my_way_home": Scenario("my_way_home.cfg",
                             action_groups=(TURN, (B.MOVE_FORWARD, B.MOVE_BACKWARD))),
-    "health_gathering": Scenario("health_gathering.cfg", gathering=True),
-    "health_gathering_supreme": Scenario("health_gathering_supreme.cfg", gathering=True),
+    "health_gathering": Scenario("health_gathering.cfg", **GATHERING),
+    "health_gathering_supreme": Scenario("health_gathering_supreme.cfg", **GATHERING),
     "deathmatch": Scenario("deathmatch.cfg", wad="cig.wad", doom_map="map01", deathmatch=True,
                            num_bots=7),  # 7 bots fill the CIG map (its 8 player starts)
     "deathmatch_monsters": Scenario("deathmatch.cfg"),
