@@ -4,9 +4,10 @@
 sfbus,sample_factory] [--write-docs]`` trains the env family's topology with ``sfbus run TOPOLOGY
 --max-frames N`` and then Sample Factory's own example (``sf_examples.vizdoom.train_vizdoom``,
 ``sf_examples.atari.train_atari`` or ``sf_examples.mujoco.train_mujoco``, from its venv,
-:mod:`bench.sample_factory`) to the same env frames, one run after another, never two at once. Sample Factory gets the topology's settings as
-its flags (:func:`sf_flags`): same workers, envs per worker, splits, rollout, batch, epochs,
-minibatches, optimiser, losses and seed, so the two differ in the system, not the recipe.
+:mod:`bench.sample_factory`) to the same env frames, one run after another, never two at once.
+Sample Factory gets the topology's settings as its flags (:func:`sf_flags`): same workers, envs
+per worker, splits, rollout, batch, epochs, minibatches, optimiser, losses, model and seed, so the
+two differ in the system, not the recipe.
 
 Each run keeps its folder under ``runs/learning_vs_sf/ENV/SYSTEM-seedK`` (ignored by git), with
 ``progress.jsonl`` (Sample Factory's written by a handler beside its runner's own: env frames and

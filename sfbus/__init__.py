@@ -7,8 +7,9 @@ The public kernel API is the names below; everything else in the package is priv
 - Shared memory: ``ArraySpec``, ``SharedArray``, ``SlotPool``.
 - Topologies: ``Topology``, ``load_topology`` (a file plus ``--set`` overrides, validated),
   ``validate_topology`` (that, plus the sizes of the run's shared arrays, as ``sfbus validate``),
-  ``import_actor_class`` (a ``module:Class`` path), ``instance_name`` (the name of an actor's
-  replica).
+  ``import_actor_class`` (a ``module:Class`` path), ``import_object`` (any ``module:name``
+  path a setting holds; ``ImportPathError`` says what is missing), ``instance_name`` (the name of
+  an actor's replica).
 - Runs: ``run`` (``sfbus run`` from Python: a topology file and ``--set`` overrides, run to its
   end in processes that import what the caller can), ``RunLimits`` (``--max-frames`` /
   ``--max-seconds`` as actors see them),
@@ -45,6 +46,7 @@ from sfbus.rundir import RunLimits, make_private_dir, new_run_dir
 from sfbus.shm import ArraySpec, SharedArray
 from sfbus.slot_pool import SlotPool
 from sfbus.topology import Topology, import_actor_class, load_topology
+from sfbus.topology.imports import ImportPathError, import_object
 from sfbus.validation import validate_topology
 
 __all__ = [
@@ -55,6 +57,7 @@ __all__ = [
     "BadInput",
     "Empty",
     "FrameError",
+    "ImportPathError",
     "Message",
     "NoParams",
     "RateLimitedLog",
@@ -74,6 +77,7 @@ __all__ = [
     "TopologyError",
     "command_lines",
     "import_actor_class",
+    "import_object",
     "instance_name",
     "load_topology",
     "make_private_dir",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import importlib
 import json
 import os
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from typing import Any
 from components.envs.checks import EnvSpecError, adapt, check_env, import_path
 from components.envs.spec import EnvSpec, MultiAgentEnv
 from components.envs.vector import BatchedEnv
+from sfbus import ImportPathError, import_object
 
 Factory = Callable[..., Any]
 """Returns a `MultiAgentEnv` or a `gymnasium.Env` (adapted as `gym:<id>` envs are)."""
@@ -195,16 +195,14 @@ def _carried() -> dict[str, str]:
 
 
 def _import(target: str, name: str) -> Factory:
-    module_name, _, attr = target.partition(":")
+    """The env factory ``package.module:name`` (or ``:Outer.make``) for env ``name``."""
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise UnknownEnvError(f"env {name!r}: cannot import module {module_name!r}: {e}") from e
-    factory: Any = module
-    for part in attr.split("."):  # a class's method or a nested class: `Outer.make`
-        factory = getattr(factory, part, None)
+        factory = import_object(target)
+    except ImportPathError as error:
+        raise UnknownEnvError(f"env {name!r}: {error}") from None
     if not callable(factory):
-        raise UnknownEnvError(f"env {name!r}: module {module_name!r} has no callable {attr!r}")
+        raise UnknownEnvError(f"env {name!r}: {target!r} is not callable (its type is "
+                              f"{type(factory).__name__}), so not an env factory")
     return factory
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import difflib
 import functools
-import importlib
 from typing import Any, Literal
+
+from sfbus import ImportPathError, import_object
 
 Part = Literal["encoder", "core"]
 
@@ -51,31 +52,15 @@ def resolve(part: Part, name: str) -> Any:
     path."""
     table = _TABLES[part]
     path = table.get(name, name)
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
+    if ":" not in path:
         close = difflib.get_close_matches(name, list(table), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ValueError(f"{part} '{name}' is not a built-in {part} ({', '.join(table)}) nor an "
                          f"import path 'package.module:Class'{hint}")
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name and (module_name == error.name or module_name.startswith(error.name + ".")):
-            raise ValueError(f"{part} '{name}': no module named '{error.name}' (is it installed, "
-                             "on PYTHONPATH, or in the run's working directory?)") from None
-        raise ValueError(f"{part} '{name}': importing '{module_name}' failed: {error}") from None
-    except Exception as error:  # any import-time failure of the user's module is theirs
-        raise ValueError(f"{part} '{name}': importing '{module_name}' failed: "
-                         f"{type(error).__name__}: {error}") from None
-    obj: Any = module
-    for piece in attr.split("."):
-        if not hasattr(obj, piece):
-            names = [n for n in dir(obj) if not n.startswith("_")]
-            close = difflib.get_close_matches(piece, names, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ValueError(f"{part} '{name}': module '{module_name}' has no attribute "
-                             f"'{attr}'{hint}")
-        obj = getattr(obj, piece)
+        obj = import_object(path)
+    except ImportPathError as error:
+        raise ValueError(f"{part} '{name}': {error}") from None
     if not callable(obj):
         raise ValueError(f"{part} '{name}' is a {type(obj).__name__}, not a class")
     if part == "core" and not callable(getattr(obj, "state_size_for", None)):

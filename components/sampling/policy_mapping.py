@@ -16,10 +16,11 @@ episode boundaries as well, likewise sends each trajectory to a single learner.
 
 from __future__ import annotations
 
-import importlib
 from typing import Protocol
 
 import numpy as np
+
+from sfbus import ImportPathError, import_object
 
 
 class PolicyMapping(Protocol):
@@ -56,10 +57,10 @@ class RoundRobinMapping:
 
 def load_mapping(path: str, num_policies: int, worker: int, seed: int) -> PolicyMapping:
     """Build the mapping class named ``module:Class``."""
-    module_name, sep, attr = path.partition(":")
-    if not sep:
-        raise ValueError(f"policy_mapping: expected 'module:Class', got {path!r}")
-    cls = getattr(importlib.import_module(module_name), attr)
+    try:
+        cls = import_object(path)
+    except ImportPathError as error:
+        raise ValueError(f"policy_mapping: {error}") from None
     mapping = cls(num_policies, worker, seed)
     if not callable(getattr(mapping, "assign", None)):
         raise TypeError(f"policy_mapping {path!r} has no assign(env, agent, episode) method")

@@ -89,7 +89,7 @@ def test_gathering_rewards_are_sample_factorys_cfg(scenario):
                            vzd.Button.MOVE_BACKWARD]
         game_rewards = []
         for _ in range(3000):
-            _, term, trunc, infos = env.step_into(np.array([[0]]), obs)  # idle: acid kills
+            _, term, _, infos = env.step_into(np.array([[0]]), obs)  # idle: acid kills
             if term[0]:
                 break
             game_rewards.append(env.game.get_last_reward())

@@ -231,8 +231,10 @@ def test_unknown_env_lists_known_names():
     with pytest.raises(UnknownEnvError) as err:
         make_env("zzz")
     assert "doom_basic" in str(err.value) and "gym:<EnvId>" in str(err.value)
-    with pytest.raises(UnknownEnvError, match="has no callable 'nope'"):
+    with pytest.raises(UnknownEnvError, match="has no attribute 'nope'"):
         make_env("components.envs.multi_agent:nope")
+    with pytest.raises(UnknownEnvError, match=r"not callable \(its type is int\)"):
+        make_env("components.envs.atari:_FIRE")
 
 
 def test_env_spec_validation():

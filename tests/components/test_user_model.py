@@ -238,8 +238,10 @@ PROBED = "error: topologies/appo.yaml:18:7: actor 'rollout': model."
                                  "resnet_impala) nor an "
                                  "import path 'package.module:Class'; did you mean "
                                  "'conv_simple'?"),
-    ("model.encoder=nosuchpkg.nets:Enc", f"{SET}encoder: encoder 'nosuchpkg.nets:Enc': no module "
-                                         "named 'nosuchpkg'"),
+    ("model.encoder=nosuchpkg.nets:Enc", f"{SET}encoder: encoder 'nosuchpkg.nets:Enc': cannot "
+                                         "import module 'nosuchpkg.nets': no module named "
+                                         "'nosuchpkg' (not installed, nor on PYTHONPATH or in "
+                                         "the working directory)"),
     (f"model.encoder={HERE}:TinyEncodr", f"{SET}encoder: encoder '{HERE}:TinyEncodr': module "
                                          f"'{HERE}' has no attribute 'TinyEncodr'; did you mean "
                                          "'TinyEncoder'?"),

@@ -312,11 +312,12 @@ ERRORS = [
     ("missing_class", "processes:\n  main:\n    actors:\n      a:\n        params: {}\n",
      "t.yaml:5:9: processes.main.actors.a: missing required key 'class'"),
     ("class_format", GOOD.replace("sample_actors:Producer", "sample_actors.Producer"),
-     "t.yaml:7:16: processes.main.actors.producer.class: expected 'module:Class', "
+     "t.yaml:7:16: processes.main.actors.producer.class: expected 'package.module:Name', "
      "got 'sample_actors.Producer'"),
     ("no_module", GOOD.replace("sample_actors:Producer", "sample_actorz:Producer"),
      "t.yaml:7:16: processes.main.actors.producer.class: cannot import module 'sample_actorz': "
-     "no module named 'sample_actorz'"),
+     "no module named 'sample_actorz' (not installed, nor on PYTHONPATH or in the working "
+     "directory)"),
     ("no_submodule", GOOD.replace("sample_actors:Producer", "sfbus.actr:Producer"),
      "t.yaml:7:16: processes.main.actors.producer.class: cannot import module 'sfbus.actr': "
      "no module named 'sfbus.actr'; did you mean 'actor'?"),
