@@ -26,7 +26,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench import learning, sample_factory
@@ -56,7 +56,8 @@ class Family:
     """What still differs between the two, for the docs."""
     sets: tuple[str, ...] = ()
     """``--set`` overrides of the topology, for sfbus's run and Sample Factory's flags alike."""
-    extra: tuple[str, ...] = field(default=())
+    sf_overrides: tuple[str, ...] = ()
+    """Sample Factory flags that replace the recipe's, where Sample Factory refuses the recipe."""
     sf_factor: float = 1.0
     """Sample Factory's measure times this is sfbus's (it reports doom_basic's scaled reward)."""
 
@@ -64,24 +65,35 @@ class Family:
 DOOM_NOTES = (
     "Same scenario on both sides as Sample Factory trains it (its action space, reward scale, "
     "gathering shaping and its own cfg's rewards, buttons and HUD: "
-    "`components/envs/doom/scenarios.py`), same model (conv_simple encoder, GRU 512), 160x120 "
-    "frames resized to 128x72, frameskip 4, and Sample Factory's VizDoom defaults on both "
-    "(symmetric-KL exploration 0.001, value clipping 0.2, input and return normalisation). Left "
-    "as each system has it: Sample Factory runs its inference worker as a third process (sfbus "
-    "hosts one in each rollout process) and decorrelates its envs at start. The curves' time "
-    "axis starts at launch for Sample Factory and at sfbus's stats actor's start for sfbus; the "
-    "wall-time column is launch to exit for both.")
+    "`components/envs/doom/scenarios.py`), same model (conv_simple encoder, GRU 512, input and "
+    "return normalisation), 160x120 frames resized to 128x72, frameskip 4, same workers, envs, "
+    "rollout and batch. Each system learns with its own VizDoom defaults: Sample Factory with "
+    "its `doom_override_defaults` (symmetric-KL exploration 0.001, value clip 0.2) and GAE "
+    "(lambda 0.95; it refuses V-trace with normalised returns), sfbus with `doom_basic.yaml`'s "
+    "V-trace and the settings in its command. Left as each system has it: Sample Factory runs "
+    "its inference worker as a third process (sfbus hosts one in each rollout process) and "
+    "decorrelates its envs at start (random steps, not counted as frames, but in its wall "
+    "time). The curves' time axis starts at launch for Sample Factory and at sfbus's stats "
+    "actor's start for sfbus; the wall-time column is launch to exit for both.")
+# Sample Factory's VizDoom defaults (its doom_override_defaults) and its GAE
+SF_DOOM = ("--with_vtrace=False", "--exploration_loss=symmetric_kl",
+           "--exploration_loss_coeff=0.001", "--ppo_clip_value=0.2")
+SF_DOOM_LOSSES = ("appo.exploration_loss=symmetric_kl", "appo.entropy_coeff=0.001",
+                  "appo.ppo_clip_value=0.2")
 FAMILIES = {
     "doom_basic": Family(
         "topologies/doom_basic.yaml", "sf_examples.vizdoom.train_vizdoom", (50.0, 70.0),
-        measure="game reward", sets=("env=doom_basic",), notes=DOOM_NOTES, sf_factor=100.0),
+        measure="game reward", sets=("env=doom_basic",), notes=DOOM_NOTES, sf_factor=100.0,
+        sf_overrides=SF_DOOM),
     "doom_health_gathering_supreme": Family(
         "topologies/doom_basic.yaml", "sf_examples.vizdoom.train_vizdoom", (6.0, 10.0, 15.0),
-        measure="game reward (0.01 per tic alive)", sets=("env=doom_health_gathering_supreme",),
-        notes=DOOM_NOTES),
+        measure="game reward (0.01 per tic alive)",
+        sets=("env=doom_health_gathering_supreme", *SF_DOOM_LOSSES), notes=DOOM_NOTES,
+        sf_overrides=SF_DOOM),
     "doom_defend_the_center": Family(
         "topologies/doom_basic.yaml", "sf_examples.vizdoom.train_vizdoom", (5.0, 10.0, 15.0),
-        measure="game reward (kills)", sets=("env=doom_defend_the_center",), notes=DOOM_NOTES),
+        measure="game reward (kills)", sets=("env=doom_defend_the_center",), notes=DOOM_NOTES,
+        sf_overrides=SF_DOOM),
     "atari_breakout": Family(
         "topologies/atari_breakout.yaml", "sf_examples.atari.train_atari", (2.0, 5.0, 10.0),
         notes=(
@@ -133,7 +145,7 @@ def sf_flags(family: Family, env: str, frames: int, seed: int, train_dir: Path) 
     # Sample Factory 2.1.1's --lr_schedule refuses linear_decay (not among its choices), which
     # its Atari and MuJoCo scripts set as their default: that default is left to give it.
     schedule = [] if appo.lr_schedule == "linear_decay" else [f"--lr_schedule={appo.lr_schedule}"]
-    return [f"--env={env}", "--device=cpu", f"--seed={seed}", f"--train_for_env_steps={frames}",
+    recipe = [f"--env={env}", "--device=cpu", f"--seed={seed}", f"--train_for_env_steps={frames}",
             f"--num_workers={workers}", f"--num_envs_per_worker={data.num_envs}",
             f"--worker_num_splits={data.num_splits}", f"--rollout={data.rollout}",
             f"--batch_size={minibatch}", f"--num_batches_per_epoch={appo.num_batches_per_epoch}",
@@ -152,6 +164,8 @@ def sf_flags(family: Family, env: str, frames: int, seed: int, train_dir: Path) 
             f"--value_bootstrap={appo.value_bootstrap}",
             *model_flags(data.model), "--serial_mode=False", "--with_wandb=False",
             f"--train_dir={train_dir}", "--experiment=run"]
+    replaced = {flag.split("=", 1)[0] for flag in family.sf_overrides}
+    return [f for f in recipe if f.split("=", 1)[0] not in replaced] + list(family.sf_overrides)
 
 
 def model_flags(model: ModelConfig) -> list[str]:

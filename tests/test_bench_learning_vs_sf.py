@@ -59,10 +59,10 @@ def test_at_frames_takes_the_last_report_not_past_the_frames() -> None:
 
 
 def test_sf_flags_carry_the_doom_recipe_and_recurrent_model() -> None:
-    flags = learning_vs_sf.sf_flags(learning_vs_sf.FAMILIES["doom_health_gathering_supreme"],
-                                    "doom_health_gathering_supreme", 4_000_000, 0, Path("/tmp/x"))
-    assert _flag(flags, "env") == "doom_health_gathering_supreme"
-    # doom_basic.yaml's Sample Factory VizDoom defaults reach its flags
+    flags = learning_vs_sf.sf_flags(learning_vs_sf.FAMILIES["doom_basic"], "doom_basic",
+                                    1_000_000, 0, Path("/tmp/x"))
+    assert _flag(flags, "env") == "doom_basic"
+    # Sample Factory learns with its own VizDoom defaults, each flag given once
     assert _flag(flags, "exploration_loss") == "symmetric_kl"
     assert float(_flag(flags, "exploration_loss_coeff")) == 0.001
     assert float(_flag(flags, "ppo_clip_value")) == 0.2
@@ -70,3 +70,5 @@ def test_sf_flags_carry_the_doom_recipe_and_recurrent_model() -> None:
         ("True", "gru", "512")
     assert _flag(flags, "recurrence") == "32"  # the whole rollout, as sfbus's recurrence 0
     assert _flag(flags, "encoder_conv_architecture") == "convnet_simple"
+    assert [f for f in flags if f.startswith("--with_vtrace=")] == ["--with_vtrace=False"]
+    assert len([f for f in flags if f.startswith("--exploration_loss=")]) == 1

@@ -3,9 +3,6 @@ pi(a | mask) = exp(l_a) / sum_{b allowed} exp(l_b) for allowed a, 0 for masked a
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +16,8 @@ from components.models import ActorCritic
 from components.models.config import ModelConfig
 from components.models.distributions import ActionDistribution
 from tests.components.action_envs import LowestAllowed
+from tests.short_runs import mean_rewards
 
-ROOT = Path(__file__).parents[2]
 HEADS = (4, 3)
 
 
@@ -149,16 +146,8 @@ def test_gym_dict_observations_become_fields_and_a_bad_mask_is_refused() -> None
 def test_a_short_masked_run_learns_and_never_acts_masked(tmp_path: Path) -> None:
     """Random play among the allowed actions scores ~6.5 of 16 per episode, the best play
     without the mask ~0; the run must pass 12."""
-    run_dir = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-m", "sfbus", "run", str(ROOT / "topologies" / "cartpole.yaml"),
-         "--run-dir", str(run_dir), "--max-frames", "12000",
-         "--set", "env=tests.components.action_envs:make_lowest_allowed",
-         "--set", "appo.lr=0.003"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    records = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
-    rewards = [r["policies"]["0"]["reward"] for r in records if r["policies"]["0"]["episodes"]]
+    rewards = mean_rewards(tmp_path / "run", "tests.components.action_envs:make_lowest_allowed",
+                           12000, "appo.lr=0.003", timeout=120)
     assert rewards and rewards[-1] > 12.0, rewards
 
 

@@ -3,9 +3,6 @@ formulas (checked against torch.distributions) to the gym adapter and a short re
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -23,8 +20,8 @@ from components.models import ActorCritic
 from components.models.config import ModelConfig
 from components.models.distributions import ActionDistribution, HybridDistribution
 from tests.components.hybrid_envs import PickAndSet
+from tests.short_runs import mean_rewards
 
-ROOT = Path(__file__).resolve().parents[2]
 HEADS = (3, 2)
 DIM = 2
 
@@ -237,16 +234,8 @@ def test_a_short_hybrid_run_learns(tmp_path: Path) -> None:
     """Random play scores about 5.6 of 16 per episode; the right choice alone (with the Box
     random) about 11, the Box alone about 10.7; the run must pass 12 within 30k frames (about
     20 s here; it reaches ~12.7 there and ~12.9 at 60k)."""
-    run_dir = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-m", "sfbus", "run", str(ROOT / "topologies" / "cartpole.yaml"),
-         "--run-dir", str(run_dir), "--max-frames", "30000",
-         "--set", "env=tests.components.hybrid_envs:make_pick_and_set",
-         "--set", "appo.lr=0.003"],
-        capture_output=True, text=True, timeout=150, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    records = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
-    rewards = [r["policies"]["0"]["reward"] for r in records if r["policies"]["0"]["episodes"]]
+    rewards = mean_rewards(tmp_path / "run", "tests.components.hybrid_envs:make_pick_and_set",
+                           30000, "appo.lr=0.003", timeout=150)
     assert rewards and rewards[-1] > 12.0, rewards
 
 

@@ -21,10 +21,12 @@ from torch import Tensor, nn
 from components.envs import EnvSpec, ObsField
 from components.envs.spec import EpisodeStats, MultiAgentEnv
 from components.models import ActorCritic, ModelConfig
+from examples.custom_model import GruCellCore
 
 ROOT = Path(__file__).parents[2]
 CARTPOLE = str(ROOT / "topologies" / "cartpole.yaml")
 HERE = "tests.components.test_user_model"
+CORE = "examples.custom_model:GruCellCore"  # a user core: a GRU cell stepped by hand
 
 
 class TinyEncoder(nn.Module):
@@ -38,32 +40,6 @@ class TinyEncoder(nn.Module):
 
     def forward(self, obs: dict[str, Tensor]) -> Tensor:
         return torch.tanh(self.layer(obs["obs"]))
-
-
-class TinyCore(nn.Module):
-    """A user core: a GRU cell stepped by hand, its state reset after each done."""
-
-    @classmethod
-    def state_size_for(cls, cfg: ModelConfig) -> int:
-        return cfg.core_size
-
-    def __init__(self, in_size: int, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.cell = nn.GRUCell(in_size, cfg.core_size)
-        self.out_size = cfg.core_size
-
-    def step(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
-        h = self.cell(x, state)
-        return h, h
-
-    def sequence(self, x: Tensor, state: Tensor, dones: Tensor) -> Tensor:
-        outputs = []
-        for t in range(x.shape[1]):
-            if t > 0:
-                state = state * (1.0 - dones[:, t - 1 : t])
-            state = self.cell(x[:, t], state)
-            outputs.append(state)
-        return torch.stack(outputs, dim=1)
 
 
 class NoOutSize(nn.Module):
@@ -152,7 +128,7 @@ def short_run(run_dir: Path, *overrides: str) -> dict:
 @pytest.mark.timeout(400)
 def test_a_user_encoder_and_core_train_and_play_back(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    last = short_run(run, f"model.encoder={HERE}:TinyEncoder", f"model.core={HERE}:TinyCore",
+    last = short_run(run, f"model.encoder={HERE}:TinyEncoder", f"model.core={CORE}",
                      "model.core_size=12")
     assert last["env_frames"] >= 3000 and last["policies"]["0"]["version"] >= 1
     checkpoint = torch.load(next((run / "checkpoints" / "policy_0").glob("*.pt")),
@@ -220,9 +196,9 @@ def test_architecture_full_is_the_multi_input_encoder_on_obs_and_measurements() 
 
 
 def test_user_parts_go_through_the_same_door_as_the_built_ins() -> None:
-    cfg = ModelConfig(encoder=f"{HERE}:TinyEncoder", core=f"{HERE}:TinyCore", core_size=6)
+    cfg = ModelConfig(encoder=f"{HERE}:TinyEncoder", core=CORE, core_size=6)
     model = ActorCritic({"obs": ((4,), "float32")}, (2,), None, cfg)
-    assert isinstance(model.encoder.main, TinyEncoder) and isinstance(model.core, TinyCore)
+    assert isinstance(model.encoder.main, TinyEncoder) and isinstance(model.core, GruCellCore)
     assert model.state_size == 6
     out = model.forward_step({"obs": torch.randn(3, 4)}, model.initial_state(3))
     assert out.rnn_state.shape == (3, 6) and out.actions.shape == (3, 1)
