@@ -132,7 +132,8 @@ def appo_loss(
     # KL-adaptive learning-rate schedules read
     behaviour = ActionDistribution.from_params(step["action_params"].float(), model.action_heads,
                                                model.action_dim)
-    kl_old = masked_mean(dist.kl(behaviour), valids)
+    with torch.set_grad_enabled(cfg.kl_loss_coeff > 0):  # only a figure without the penalty
+        kl_old = masked_mean(dist.kl(behaviour), valids)
     # total: L = L_pi + c_v L_V + c_H L_H (+ c_KL KL)
     loss = loss_pi + cfg.value_loss_coeff * loss_v + cfg.entropy_coeff * loss_explore
     if cfg.kl_loss_coeff > 0:
