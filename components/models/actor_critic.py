@@ -109,15 +109,19 @@ class ActorCritic(nn.Module):
                 self.actor.reset_parameters()
             return
         init = nn.init.orthogonal_ if scheme == "orthogonal" else nn.init.xavier_uniform_
+        # Sample Factory's scheme when its gain is given: one gain everywhere, torch's RNN init
+        as_sample_factory = self.cfg.policy_init_gain is not None
+        hidden_gain = self.cfg.policy_init_gain if as_sample_factory else math.sqrt(2.0)
+        head_gain = self.cfg.policy_init_gain if as_sample_factory else 1.0
         hidden = [self.decoder, self.critic_decoder,
                   *(e for e in (self.encoder, self.critic_encoder) if isinstance(e, ObsEncoder))]
         for part in hidden:
             for module in part.modules() if part is not None else ():
                 if isinstance(module, nn.Linear | nn.Conv2d):
-                    init(module.weight, gain=math.sqrt(2.0))
+                    init(module.weight, gain=hidden_gain)
                     nn.init.zeros_(module.bias)
         for core in (self.core, self.critic_core):
-            if isinstance(core, Core) and core.rnn is not None:
+            if isinstance(core, Core) and core.rnn is not None and not as_sample_factory:
                 for name, param in core.rnn.named_parameters():
                     if name.startswith("weight"):
                         init(param)
@@ -126,9 +130,9 @@ class ActorCritic(nn.Module):
         if isinstance(self.actor, GaussianHead):
             self.actor.reset_parameters()
         else:
-            init(self.actor.weight, gain=1.0)
+            init(self.actor.weight, gain=head_gain)
             nn.init.zeros_(self.actor.bias)
-        init(self.critic.weight, gain=1.0)
+        init(self.critic.weight, gain=head_gain)
         nn.init.zeros_(self.critic.bias)
 
     @property

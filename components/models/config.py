@@ -56,6 +56,11 @@ class ModelConfig:
     RNN), `xavier_uniform` (same gains), `torch_default` (PyTorch's own init, biases too).
     The heads are orthogonal with gain 1 under the first two."""
 
+    policy_init_gain: float | None = None
+    """Sample Factory's `policy_init_gain`: a number gives every conv and linear layer, heads
+    included, that gain under `orthogonal` or `xavier_uniform`, and leaves the recurrent core at
+    PyTorch's initialization, as Sample Factory does (its default: 1.0); unset: the gains above."""
+
     architecture: Literal["auto", "simplified", "full"] = "auto"
     """Observation keys the built-in encoder reads. `auto`: every key (several keys make it the
     multi-input encoder). `simplified`: `obs` only, the paper's pixels-only model of the
@@ -136,6 +141,13 @@ class ModelConfig:
             raise ValueError(f"architecture '{self.architecture}' chooses the keys of the "
                              f"built-in encoders; encoder '{self.encoder}' reads the keys it "
                              "wants: leave architecture at auto")
+        if self.policy_init_gain is not None:
+            if not (math.isfinite(self.policy_init_gain) and self.policy_init_gain > 0):
+                raise ValueError(f"policy_init_gain must be > 0 and finite, got "
+                                 f"{self.policy_init_gain}")
+            if self.policy_initialization == "torch_default":
+                raise ValueError("policy_init_gain scales the orthogonal or xavier_uniform "
+                                 "initialization; torch_default has no gain to set")
         if not (math.isfinite(self.obs_scale) and self.obs_scale > 0):
             raise ValueError(f"obs_scale must be > 0 and finite, got {self.obs_scale}")
         if not math.isfinite(self.obs_subtract_mean):

@@ -177,6 +177,28 @@ def test_orthogonal_init_gives_orthogonal_rows_with_gain_sqrt2() -> None:
     torch.testing.assert_close(w.T @ w, torch.eye(8), atol=1e-5, rtol=0)
 
 
+def test_policy_init_gain_is_sample_factorys_scheme() -> None:
+    gain = 0.5
+    model = ActorCritic(VECTOR, HEADS, None, ModelConfig(core="gru", core_size=8,
+                                                          mlp_layers=(16, 8),
+                                                          policy_init_gain=gain))
+    for layer in [*hidden_linears(model), model.actor, model.critic]:
+        w = layer.weight
+        rows, cols = w.shape
+        gram = w @ w.T if rows <= cols else w.T @ w
+        torch.testing.assert_close(gram, gain**2 * torch.eye(min(rows, cols)), atol=1e-5, rtol=0)
+    # the GRU keeps torch's init: uniform within 1 / sqrt(hidden), biases too, not orthogonal
+    bound = 1.0 / math.sqrt(8)
+    for param in model.core.rnn.parameters():
+        assert param.abs().max() <= bound and param.abs().max() > 0.5 * bound
+    w = model.core.rnn.weight_hh_l0
+    assert not torch.allclose(w.T @ w, torch.eye(8), atol=1e-2)
+    with pytest.raises(ValueError, match="torch_default has no gain"):
+        ModelConfig(policy_initialization="torch_default", policy_init_gain=1.0)
+    with pytest.raises(ValueError, match="policy_init_gain must be > 0"):
+        ModelConfig(policy_init_gain=0.0)
+
+
 def test_xavier_uniform_and_torch_default_init_have_their_bounds() -> None:
     torch.manual_seed(4)
     xavier = ActorCritic({"obs": ((200,), "float32")}, HEADS, None,
