@@ -40,6 +40,9 @@ from components.models import ModelConfig
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "runs" / "learning_vs_sf"
 SYSTEMS = ("sfbus", "sample_factory")
+# sfbus writes a progress record per second, about as often as Sample Factory writes one per
+# training iteration (4k env frames on doom_basic), so both curves cross a bar at one resolution.
+SFBUS_REPORTING = ("report_every_s=1",)
 
 
 @dataclass(frozen=True)
@@ -202,8 +205,8 @@ def train(env: str, system: str, seed: int, frames: int) -> Path:
     family = FAMILIES[env]
     started = time.time()
     if system == "sfbus":
-        learning.train(f"{system}-seed{seed}", family.topology, [*family.sets, f"seed={seed}"],
-                       frames, folder.parent)
+        learning.train(f"{system}-seed{seed}", family.topology,
+                       [*family.sets, *SFBUS_REPORTING, f"seed={seed}"], frames, folder.parent)
     else:
         python = sample_factory.ensure_venv()
         folder.mkdir(parents=True, exist_ok=True)
@@ -284,7 +287,8 @@ def write_docs(env: str, frames: int, seeds: list[int], text: str,
     write_section(f"## Learning side by side with Sample Factory: {env}", (
         f"Command: `python -m bench.learning_vs_sf --env {env} --frames {frames} --seeds "
         f"{','.join(map(str, seeds))} --write-docs` — sfbus trains `sfbus run {family.topology} "
-        f"--max-frames {frames}{''.join(' --set ' + x for x in family.sets)} --set seed=K`, "
+        f"--max-frames {frames}{''.join(' --set ' + x for x in (*family.sets, *SFBUS_REPORTING))} "
+        f"--set seed=K`, "
         f"then Sample Factory 2.1.1 (its own venv) "
         f"`python -m {family.sf_module} {flags} --seed=K`, one run after another.\n\n"
         f"Machine: {machine_line(_versions())}. The 2 cores may be shared with other sessions' "
