@@ -225,7 +225,10 @@ class Stats(Actor):
             entry.update(fps=round(stats.fps, 1), fps_share=round(stats.share, 4))
         if stats.last is not None:
             last = stats.last
-            entry.update(version=last.version, lag=last.lag_mean, samples=last.samples,
+            # trained_frames: the env frames the learner has trained on (Sample Factory's count);
+            # the record's env_frames counts them when sampled, up to a few batches earlier.
+            entry.update(version=last.version, trained_frames=last.env_frames,
+                         lag=last.lag_mean, samples=last.samples,
                          policy_loss=last.policy_loss, value_loss=last.value_loss,
                          entropy=last.entropy, kl=last.kl, grad_norm=last.grad_norm)
         return entry

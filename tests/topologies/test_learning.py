@@ -41,8 +41,13 @@ def test_short_doom_run_trains_and_checkpoints(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     _run("doom_basic.yaml", run_dir, "--max-frames", "40000", "--set", "num_envs=4",
          "--set", "batch_size=256")
-    last = _progress(run_dir)[-1]["policies"]["0"]
+    record = _progress(run_dir)[-1]
+    last = record["policies"]["0"]
     assert last["version"] >= 3
+    # frames the learner trained on: whole agent steps of 4 frames, not more than were sampled
+    # (give or take the one batch whose progress report may still be on its way)
+    assert 0 < last["trained_frames"] <= record["env_frames"] + 256 * 4
+    assert last["trained_frames"] % 4 == 0
     assert last["episodes"] > 0
     checkpoints = sorted((run_dir / "checkpoints" / "policy_0").glob("checkpoint_*.pt"))
     assert checkpoints, "no checkpoint written"
