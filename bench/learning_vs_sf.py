@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -73,11 +74,14 @@ DOOM_NOTES = (
     "rollout and batch. Each system learns with its own VizDoom defaults: Sample Factory with "
     "its `doom_override_defaults` (symmetric-KL exploration 0.001, value clip 0.2) and GAE "
     "(lambda 0.95; it refuses V-trace with normalised returns), sfbus with `doom_basic.yaml`'s "
-    "V-trace and the settings in its command. Left as each system has it: Sample Factory runs "
-    "its inference worker as a third process (sfbus hosts one in each rollout process) and "
-    "decorrelates its envs at start (random steps, not counted as frames, but in its wall "
-    "time). The curves' time axis starts at launch for Sample Factory and at sfbus's stats "
-    "actor's start for sfbus; the wall-time column is launch to exit for both.")
+    "settings (as of 2026-11-25 Sample Factory's VizDoom recipe above, its initialization, "
+    "and one batch waiting for the learner) and those in its command. Sample Factory counts an "
+    "env frame when its learner has trained on it, sfbus when it is sampled (at most about one "
+    "batch, 4k frames, earlier). Left as each system has it: Sample Factory runs its inference "
+    "worker as a third process (sfbus hosts one in each rollout process) and decorrelates its "
+    "envs at start (random steps, not counted as frames, but in its wall time). The curves' "
+    "time axis starts at launch for Sample Factory and at sfbus's stats actor's start for "
+    "sfbus; the wall-time column is launch to exit for both.")
 # Sample Factory's VizDoom defaults (its doom_override_defaults) and its GAE
 SF_DOOM = ("--with_vtrace=False", "--exploration_loss=symmetric_kl",
            "--exploration_loss_coeff=0.001", "--ppo_clip_value=0.2")
@@ -239,8 +243,12 @@ def load(env: str, system: str, seed: int) -> tuple[Progress, float]:
     # The one measure both are compared on, under the key the figures draw.
     family = FAMILIES[env]
     factor = family.sf_factor if system == "sample_factory" else 1.0
-    run.policies = [{"0": {"reward": r["0"][family.key] * factor}}
-                    if family.key in r.get("0", {}) else {} for r in run.policies]
+    # Frames trained on: Sample Factory's own count; sfbus's learner reports it beside the
+    # frames sampled (its records' env_frames).
+    run.policies = [{"0": {"reward": r["0"][family.key] * factor,
+                           "trained": r["0"].get("trained_frames") if system == "sfbus" else frames}}
+                    if family.key in r.get("0", {}) else {}
+                    for r, frames in zip(run.policies, run.frames, strict=True)]
     return run, wall["wall_s"]
 
 
@@ -257,14 +265,19 @@ def table(env: str, runs: list[tuple[Progress, float]]) -> str:
     equal = min(r.frames[-1] for r, _ in runs)
     head = (f"| run | {FAMILIES[env].measure} at {equal / 1e6:.2f}M frames | "
             + " | ".join(f"{b:g} reached: frames, s" for b in bars)
+            + f" | {bars[-1]:g} reached: frames trained on"
             + " | wall time (launch to exit) | env frames/s (whole run) | last minute |")
-    rule = "| --- | ---: | " + " | ".join("---:" for _ in bars) + " | ---: | ---: | ---: |"
+    rule = "| --- | ---: | " + " | ".join("---:" for _ in bars) + " | ---: | ---: | ---: | ---: |"
     rows = []
     for run, wall in runs:
         cells = []
         for bar in bars:
             hit = learning.reached(run, bar)
             cells.append("not reached" if hit is None else f"{hit[0] / 1e3:,.0f}k, {hit[1]:.0f} s")
+        first = next((r["0"] for r in run.policies
+                      if r.get("0", {}).get("reward", -math.inf) >= bars[-1]), None)
+        cells.append("not reached" if first is None else "not recorded"
+                     if first["trained"] is None else f"{first['trained'] / 1e3:,.1f}k")
         rows.append(f"| {run.name} | {at_frames(run, equal):.1f} | " + " | ".join(cells)
                     + f" | {wall:.0f} s | {run.frames[-1] / wall:,.0f} | "
                     f"{learning.last_minute_fps(run):,.0f} |")

@@ -72,3 +72,16 @@ def test_sf_flags_carry_the_doom_recipe_and_recurrent_model() -> None:
     assert _flag(flags, "encoder_conv_architecture") == "convnet_simple"
     assert [f for f in flags if f.startswith("--with_vtrace=")] == ["--with_vtrace=False"]
     assert len([f for f in flags if f.startswith("--exploration_loss=")]) == 1
+
+
+def test_table_shows_the_frames_trained_on_at_the_last_bar() -> None:
+    def run(trained: list[int | None]) -> Progress:
+        return Progress("r", time=[1.0, 2.0, 3.0], frames=[100_000, 200_000, 300_000],
+                        policies=[{"0": {"reward": reward, "trained": t}}
+                                  for reward, t in zip([10.0, 75.0, 80.0], trained, strict=True)])
+
+    text = learning_vs_sf.table("doom_basic", [(run([90_000, 196_608, 290_000]), 10.0),
+                                               (run([None, None, None]), 10.0)])
+    first, second = text.splitlines()[2:]
+    assert first.split(" | ")[4] == "196.6k"  # the first report at or above 70
+    assert second.split(" | ")[4] == "not recorded"
