@@ -2,7 +2,8 @@
 
 ``python -m bench.populations [--seconds S] [--warmup W] [--write-docs]`` runs four full-training
 cases one after another, each in fresh processes under ``sfbus run``, all with the machine's
-default rollout workers (one per core) and 16 envs each:
+default rollout workers (one per core) and 16 envs each, but for the first two, which run
+``pbt8``'s 32:
 
 1. one policy on ``pbt8``'s scenario and data path (defend_the_center with its reward shaping,
    batch 2048): ``topologies/doom_basic.yaml`` with those settings;
@@ -33,11 +34,12 @@ from bench import throughput_topologies as tt
 from bench.report import write_section
 
 SECTION = "## Populations and batched sampling"
-SINGLE_ON_PBT8 = ["env=doom_defend_the_center", "batch_size=2048", "reward_scale=0.1",
+PBT8_ENVS = "num_envs=32"  # pbt8.yaml's: the population and its one-policy baseline alike
+SINGLE_ON_PBT8 = [PBT8_ENVS, "env=doom_defend_the_center", "batch_size=2048", "reward_scale=0.1",
                   "env_kwargs={reward_shaping: {damage: 0.003, death: -0.25}}"]
 CASES = {
     "single": ("one policy (pbt8's scenario)", "topologies/doom_basic.yaml", SINGLE_ON_PBT8),
-    "pbt8": ("pbt8: 8 policies", "topologies/pbt8.yaml", []),
+    "pbt8": ("pbt8: 8 policies", "topologies/pbt8.yaml", [PBT8_ENVS]),
     "nonbatched": ("doom_basic, non-batched", "topologies/doom_basic.yaml", []),
     "batched": ("doom_basic, batched", "topologies/doom_basic_batched.yaml", []),
     "sim_bots": ("simulation: single player + 1 bot", "doom_deathmatch", {"num_bots": 1}),
@@ -61,7 +63,8 @@ def run(key: str, warmup: float, seconds: float) -> tt.Window:
         return throughput.pure_simulation(topology, os.cpu_count() or 1, envs, warmup, seconds,
                                           dict(sets))
     common = COMMON if key != "selfplay" else REPORTING_SETS
-    args = [topology, *(a for s in [*sets, *common] for a in ("--set", s))]
+    # the case's own settings last: they override the common ones
+    args = [topology, *(a for s in [*common, *sets] for a in ("--set", s))]
     with tempfile.TemporaryDirectory(prefix="sfbus-bench-") as tmp:
         return tt.run_sfbus(args, warmup, seconds, Path(tmp))
 
@@ -116,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         command = "python -m bench.populations " + " ".join(
             sys.argv[1:] if argv is None else argv)
         about = (f"Full training, one case after another in fresh processes, every case with "
-                 f"`--set {' --set '.join(COMMON)}` (one rollout worker per core, pinned). A rate "
+                 f"`--set {' --set '.join(COMMON)}` (one rollout worker per core, pinned) before "
+                 f"its own settings (so pbt8 and its one-policy baseline run {PBT8_ENVS}). A rate "
                  f"is env frames/s over a {args.seconds:g} s window {args.warmup:g} s after the "
                  f"first frames, as in the throughput section.")
         write_section(SECTION, f"Command: `{command.strip()}`\n\nMachine: "
