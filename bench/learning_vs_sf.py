@@ -245,8 +245,9 @@ def load(env: str, system: str, seed: int) -> tuple[Progress, float]:
     factor = family.sf_factor if system == "sample_factory" else 1.0
     # Frames trained on: Sample Factory's own count; sfbus's learner reports it beside the
     # frames sampled (its records' env_frames).
+    sfbus = system == "sfbus"
     run.policies = [{"0": {"reward": r["0"][family.key] * factor,
-                           "trained": r["0"].get("trained_frames") if system == "sfbus" else frames}}
+                           "trained": r["0"].get("trained_frames") if sfbus else frames}}
                     if family.key in r.get("0", {}) else {}
                     for r, frames in zip(run.policies, run.frames, strict=True)]
     return run, wall["wall_s"]

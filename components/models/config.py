@@ -57,9 +57,10 @@ class ModelConfig:
     The heads are orthogonal with gain 1 under the first two."""
 
     policy_init_gain: float | None = None
-    """Sample Factory's `policy_init_gain`: a number gives every conv and linear layer, heads
-    included, that gain under `orthogonal` or `xavier_uniform`, and leaves the recurrent core at
-    PyTorch's initialization, as Sample Factory does (its default: 1.0); unset: the gains above."""
+    """Sample Factory's `policy_init_gain`: a number gives every conv and linear layer, the
+    categorical heads and the critic included, that gain under `orthogonal` or `xavier_uniform`,
+    and leaves the recurrent core at PyTorch's initialization, as Sample Factory does (its
+    default: 1.0); unset: the gains above. A Gaussian head keeps its own initialization."""
 
     architecture: Literal["auto", "simplified", "full"] = "auto"
     """Observation keys the built-in encoder reads. `auto`: every key (several keys make it the
