@@ -49,12 +49,16 @@ def train(name: str, topology: str, sets: list[str], frames: int, tmp: Path) -> 
     return run
 
 
+def first_report(run: Progress, bar: float) -> int | None:
+    """Index of the first report whose mean reward is at least ``bar``."""
+    return next((i for i, record in enumerate(run.policies)
+                 if record.get("0", {}).get("reward", -float("inf")) >= bar), None)
+
+
 def reached(run: Progress, bar: float) -> tuple[int, float] | None:
     """(env frames, seconds) of the first report whose mean reward is at least ``bar``."""
-    for frames, seconds, record in zip(run.frames, run.time, run.policies, strict=True):
-        if record.get("0", {}).get("reward", -float("inf")) >= bar:
-            return frames, seconds
-    return None
+    index = first_report(run, bar)
+    return None if index is None else (run.frames[index], run.time[index])
 
 
 def final_reward(run: Progress) -> float:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 import time
@@ -71,17 +70,17 @@ DOOM_NOTES = (
     "gathering shaping and its own cfg's rewards, buttons and HUD: "
     "`components/envs/doom/scenarios.py`), same model (conv_simple encoder, GRU 512, input and "
     "return normalisation), 160x120 frames resized to 128x72, frameskip 4, same workers, envs, "
-    "rollout and batch. Each system learns with its own VizDoom defaults: Sample Factory with "
-    "its `doom_override_defaults` (symmetric-KL exploration 0.001, value clip 0.2) and GAE "
-    "(lambda 0.95; it refuses V-trace with normalised returns), sfbus with `doom_basic.yaml`'s "
-    "settings (as of 2026-11-25 Sample Factory's VizDoom recipe above, its initialization, "
-    "and one batch waiting for the learner) and those in its command. Sample Factory counts an "
-    "env frame when its learner has trained on it, sfbus when it is sampled (at most about one "
-    "batch, 4k frames, earlier). Left as each system has it: Sample Factory runs its inference "
-    "worker as a third process (sfbus hosts one in each rollout process) and decorrelates its "
-    "envs at start (random steps, not counted as frames, but in its wall time). The curves' "
-    "time axis starts at launch for Sample Factory and at sfbus's stats actor's start for "
-    "sfbus; the wall-time column is launch to exit for both.")
+    "rollout and batch. Each system learns with its own VizDoom defaults: Sample Factory with its "
+    "`doom_override_defaults` (symmetric-KL exploration 0.001, value clip 0.2) and GAE (lambda "
+    "0.95; it refuses V-trace with normalised returns), sfbus with `doom_basic.yaml`'s settings (as"
+    " of 2026-11-25 Sample Factory's VizDoom recipe above, its initialization, and one batch "
+    "waiting for the learner) and those in its command. Sample Factory counts an env frame when its"
+    " learner has trained on it, sfbus when it is sampled (on doom_basic 8-11k frames, two or three"
+    " batches, earlier; the table gives both at the top bar). Left as each system has it: Sample "
+    "Factory runs its inference worker as a third process (sfbus hosts one in each rollout process)"
+    " and decorrelates its envs at start (random steps, not counted as frames, but in its wall "
+    "time). The curves' time axis starts at launch for Sample Factory and at sfbus's stats actor's "
+    "start for sfbus; the wall-time column is launch to exit for both.")
 # Sample Factory's VizDoom defaults (its doom_override_defaults) and its GAE
 SF_DOOM = ("--with_vtrace=False", "--exploration_loss=symmetric_kl",
            "--exploration_loss_coeff=0.001", "--ppo_clip_value=0.2")
@@ -275,10 +274,10 @@ def table(env: str, runs: list[tuple[Progress, float]]) -> str:
         for bar in bars:
             hit = learning.reached(run, bar)
             cells.append("not reached" if hit is None else f"{hit[0] / 1e3:,.0f}k, {hit[1]:.0f} s")
-        first = next((r["0"] for r in run.policies
-                      if r.get("0", {}).get("reward", -math.inf) >= bars[-1]), None)
-        cells.append("not reached" if first is None else "not recorded"
-                     if first["trained"] is None else f"{first['trained'] / 1e3:,.1f}k")
+        top = learning.first_report(run, bars[-1])
+        trained = None if top is None else run.policies[top]["0"]["trained"]
+        cells.append("not reached" if top is None else
+                     "not recorded" if trained is None else f"{trained / 1e3:,.1f}k")
         rows.append(f"| {run.name} | {at_frames(run, equal):.1f} | " + " | ".join(cells)
                     + f" | {wall:.0f} s | {run.frames[-1] / wall:,.0f} | "
                     f"{learning.last_minute_fps(run):,.0f} |")
