@@ -148,7 +148,8 @@ class ModelConfig:
                                  f"{self.policy_init_gain}")
             if self.policy_initialization == "torch_default":
                 raise ValueError("policy_init_gain scales the orthogonal or xavier_uniform "
-                                 "initialization; torch_default has no gain to set")
+                                 "initialization; torch_default has no gain to set (unset it: "
+                                 "policy_init_gain: null)")
         if not (math.isfinite(self.obs_scale) and self.obs_scale > 0):
             raise ValueError(f"obs_scale must be > 0 and finite, got {self.obs_scale}")
         if not math.isfinite(self.obs_subtract_mean):
