@@ -34,12 +34,16 @@ PRECISIONS = ("float32", "bfloat16")
 PACKED = "bfloat16, packed"
 INFERENCE = (*PRECISIONS, PACKED)
 PHASES = ("normalize", "forward + loss", "backward", "clip + Adam")
+DOOM_BASIC_LOSSES = AppoConfig(with_vtrace=False, exploration_loss="symmetric_kl",
+                               entropy_coeff=0.001, ppo_clip_value=0.2)
+"""``topologies/doom_basic.yaml``'s losses (GAE, symmetric-KL exploration, value clip)."""
 
 
 def make_model(precision: str) -> ActorCritic:
     """The default doom_basic model with the given encoder precision."""
     torch.manual_seed(0)
-    return ActorCritic({"obs": (IMAGE, "uint8")}, (3,), None, ModelConfig(precision=precision))
+    return ActorCritic({"obs": (IMAGE, "uint8")}, (3,), None,
+                       ModelConfig(precision=precision, policy_init_gain=1.0))
 
 
 class LearnerStep:
@@ -55,7 +59,8 @@ class LearnerStep:
         self.raw = torch.randint(0, 256, (b, t + 1, *IMAGE), dtype=torch.uint8)
         self.batch = {"rnn_states": torch.zeros(b, 512), "actions": torch.randint(0, 3, (b, t, 1)),
                       "log_probs": torch.full((b, t), -1.1), "values": torch.zeros(b, t),
-                      "rewards": torch.randn(b, t), "dones": torch.zeros(b, t)}
+                      "rewards": torch.randn(b, t), "dones": torch.zeros(b, t),
+                      "action_params": torch.zeros(b, t, 3)}
         self.samples = b * t
 
     def run(self) -> list[float]:
@@ -66,7 +71,8 @@ class LearnerStep:
         image_dtype = self.model.encoder.compute_dtype(self.raw.device)  # as the learner
         obs = {"obs": stats.normalize(self.raw, image_dtype)}
         marks.append(time.perf_counter())
-        loss, _ = appo_loss(self.model, {**self.batch, "obs": obs}, AppoConfig(), self.returns)
+        loss, _ = appo_loss(self.model, {**self.batch, "obs": obs}, DOOM_BASIC_LOSSES,
+                            self.returns)
         marks.append(time.perf_counter())
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
