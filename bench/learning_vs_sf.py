@@ -84,8 +84,6 @@ DOOM_NOTES = (
 # Sample Factory's VizDoom defaults (its doom_override_defaults) and its GAE
 SF_DOOM = ("--with_vtrace=False", "--exploration_loss=symmetric_kl",
            "--exploration_loss_coeff=0.001", "--ppo_clip_value=0.2")
-SF_DOOM_LOSSES = ("appo.exploration_loss=symmetric_kl", "appo.entropy_coeff=0.001",
-                  "appo.ppo_clip_value=0.2")
 FAMILIES = {
     "doom_basic": Family(
         "topologies/doom_basic.yaml", "sf_examples.vizdoom.train_vizdoom", (50.0, 70.0),
@@ -94,7 +92,7 @@ FAMILIES = {
     "doom_health_gathering_supreme": Family(
         "topologies/doom_basic.yaml", "sf_examples.vizdoom.train_vizdoom", (6.0, 10.0, 15.0),
         measure="game reward (0.01 per tic alive)",
-        sets=("env=doom_health_gathering_supreme", *SF_DOOM_LOSSES), notes=DOOM_NOTES,
+        sets=("env=doom_health_gathering_supreme",), notes=DOOM_NOTES,
         sf_overrides=SF_DOOM),
     "doom_defend_the_center": Family(
         "topologies/doom_basic.yaml", "sf_examples.vizdoom.train_vizdoom", (5.0, 10.0, 15.0),
