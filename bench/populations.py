@@ -16,7 +16,10 @@ default rollout workers (one per core) and 16 envs each, but for the first two, 
    lock-step per match) against single-player games with one built-in bot on the same map
    (``doom_deathmatch`` with ``num_bots: 1``), the same number of agents per core; and 7. full
    self-play training, ``topologies/selfplay_duel.yaml``; 8. ``doom_basic.yaml`` with an evaluator
-   (``components.evaluation.evaluator``, its default 10 episodes) every 10 s, beside case 3.
+   (``components.evaluation.evaluator``, its default 10 episodes) every 10 s, beside case 3;
+9. Sample Factory 2.1.1's own duel self-play (``doom_duel``, its PBT) in its venv
+   (:mod:`bench.sample_factory`), configured as ``selfplay_duel.yaml``: 4 policies, one rollout
+   worker with 2 matches, rollout 32, batch 512, reward scale 0.5, one-minute matches.
 
 Rates and CPU shares are measured as in :mod:`bench.throughput` (its ``Window``).
 """
@@ -29,7 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import throughput
+from bench import sample_factory, throughput
 from bench import throughput_topologies as tt
 from bench.report import write_section
 
@@ -45,6 +48,10 @@ CASES = {
     "sim_bots": ("simulation: single player + 1 bot", "doom_deathmatch", {"num_bots": 1}),
     "sim_duel": ("simulation: networked duels", "doom_duel", {}),
     "selfplay": ("self-play training, 4 policies", "topologies/selfplay_duel.yaml", []),
+    "sf_selfplay": ("Sample Factory 2.1.1: self-play training, 4 policies", "doom_duel",
+                    ["--num_policies=4", "--with_pbt=True", "--pbt_period_env_steps=5000000",
+                     "--pbt_replace_reward_gap_absolute=0.35", "--batch_size=512",
+                     "--reward_scale=0.5", "--timelimit=1.0"]),
     "evaluated": ("doom_basic + evaluator every 10 s", "topologies/doom_basic.yaml",
                   ["processes.evaluator.nice=10",
                    "processes.evaluator.actors.evaluator.class=components.evaluation.evaluator:Evaluator",
@@ -58,6 +65,9 @@ REPORTING_SETS = [f"{k}={v}" for k, v in tt.REPORTING.items()]
 def run(key: str, warmup: float, seconds: float) -> tt.Window:
     """One case in fresh processes."""
     _, topology, sets = CASES[key]
+    if key == "sf_selfplay":  # selfplay_duel.yaml's one rollout worker of 2 matches
+        return sample_factory.run_training(seconds, warmup, topology, workers=1, envs=2,
+                                           extra_flags=tuple(sets))
     if key.startswith("sim_"):
         envs = AGENTS_PER_CORE // (2 if key == "sim_duel" else 1)
         return throughput.pure_simulation(topology, os.cpu_count() or 1, envs, warmup, seconds,
@@ -76,6 +86,8 @@ COMPARISONS = (
     ("batched", "nonbatched", "Batched sampling runs at {r:.2f}x non-batched."),
     ("evaluated", "nonbatched", "Training with an evaluator every 10 s runs at {r:.2f}x training "
                                 "without one."),
+    ("selfplay", "sf_selfplay", "Self-play duel training runs at {r:.2f}x Sample Factory's own "
+                                "(its doom_duel PBT, same policies, matches and batch)."),
     ("sim_duel", "sim_bots", "Networked duels simulate at {r:.2f}x the agent frames of "
                              "single-player games with a bot (the paper: 2-3x slower)."),
 )
@@ -109,8 +121,12 @@ def main(argv: list[str] | None = None) -> int:
             "| --- | --- | ---: | ---: | ---: | ---: |"]
     for key, w in results.items():
         _, topology, sets = CASES[key]
-        command = (f"pure simulation of {topology} {sets or ''}".strip() if key.startswith("sim_")
-                   else " ".join([topology, *(f"--set '{s}'" for s in sets)]))
+        if key.startswith("sim_"):
+            command = f"pure simulation of {topology} {sets or ''}".strip()
+        elif key == "sf_selfplay":
+            command = w.extra["flags"]
+        else:
+            command = " ".join([topology, *(f"--set '{s}'" for s in sets)])
         rows.append(f"| {names[key]} | `{command}` | {w.rate:,.0f} | {w.cores:.2f} | "
                     f"{w.others:.2f} | {w.rss / 2**30:.2f} / {w.pss / 2**30:.2f} GiB |")
     text = f"{ratios(results)}\n\n" + "\n".join(rows)

@@ -106,9 +106,11 @@ def sf_flags(env: str, workers: int, envs: int, train_dir: Path, rollout: int = 
 # ----- measuring a case ---------------------------------------------------------------------
 
 def run_training(seconds: float, warmup: float, env: str = "doom_basic", workers: int = 2,
-                 envs: int = 16, device: str = "cpu") -> tt.Window:
-    """Sample Factory's full training, measured over ``seconds`` after ``warmup``."""
-    return _measure("train", seconds, warmup, env, workers, envs, device)
+                 envs: int = 16, device: str = "cpu",
+                 extra_flags: tuple[str, ...] = ()) -> tt.Window:
+    """Sample Factory's full training, measured over ``seconds`` after ``warmup``;
+    ``extra_flags`` come after (and so override) :func:`sf_flags`'."""
+    return _measure("train", seconds, warmup, env, workers, envs, device, extra_flags)
 
 
 def run_sampler(seconds: float, warmup: float, env: str = "doom_basic", workers: int = 2,
@@ -118,14 +120,16 @@ def run_sampler(seconds: float, warmup: float, env: str = "doom_basic", workers:
 
 
 def _measure(mode: str, seconds: float, warmup: float, env: str, workers: int,
-             envs: int, device: str) -> tt.Window:
+             envs: int, device: str, extra_flags: tuple[str, ...] = ()) -> tt.Window:
     """Run this module inside the venv in ``mode`` and measure it as ``run_sfbus`` does."""
     python = ensure_venv()
     with tempfile.TemporaryDirectory(prefix="sfbus-bench-sf-") as name:
         tmp = Path(name)
         log = tmp / "output.txt"
         limit = 300 + warmup + seconds
-        flags = sf_flags(env, workers, envs, tmp / "train_dir", device=device)
+        # a flag given twice keeps its first place and its last value
+        given = (*sf_flags(env, workers, envs, tmp / "train_dir", device=device), *extra_flags)
+        flags = list({f.split("=", 1)[0]: f for f in given}.values())
         command = [str(python), "-m", "bench.sample_factory", "--inside", mode, "--folder",
                    str(tmp), "--", *flags]
         started = time.monotonic()
