@@ -42,14 +42,30 @@ def mlp(in_size: int, widths: tuple[int, ...], nonlinearity: str) -> nn.Sequenti
     return nn.Sequential(*layers)
 
 
+class ChannelsFirst(nn.Module):
+    """``inner`` on an NCHW copy of its input: a conv stack's last nonlinearity, whose output
+    the FC layer reads flattened in NCHW order anyway (the copy only moves before it). Its
+    gradient then comes back in the layout of its saved input; with a channels-last input and
+    an NCHW gradient, torch's ELU backward took 16 ms instead of ~1 on the learner's batch."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``inner(x)`` computed on ``x.contiguous()``."""
+        return self.inner(x.contiguous())
+
+
 def conv_stack(channels: int, filters: tuple[tuple[int, int, int], ...],
                nonlinearity: str) -> nn.Sequential:
     """Conv layers of `filters` (out_channels, kernel, stride), each followed by the
-    nonlinearity."""
+    nonlinearity (the last one in NCHW, :class:`ChannelsFirst`)."""
     layers: list[nn.Module] = []
     for out_channels, kernel, stride in filters:
         layers += [nn.Conv2d(channels, out_channels, kernel, stride), activation(nonlinearity)]
         channels = out_channels
+    layers[-1] = ChannelsFirst(layers[-1])
     return nn.Sequential(*layers)
 
 
@@ -121,7 +137,7 @@ class ResnetImpalaEncoder(ConvEncoder):
                        nn.MaxPool2d(3, 2, padding=1)]
             layers += [ResBlock(out_channels, cfg.nonlinearity) for _ in range(blocks)]
             channels = out_channels
-        layers.append(activation(cfg.nonlinearity))
+        layers.append(ChannelsFirst(activation(cfg.nonlinearity)))
         super().__init__(obs_shape, cfg, nn.Sequential(*layers), "resnet_impala")
 
 
