@@ -67,6 +67,8 @@ class ActorCritic(nn.Module):
         self.encoder = build_encoder(obs_spec, cfg)
         self.core = build_core(self.encoder.out_size, cfg)
         self.decoder = mlp(self.core.out_size, cfg.decoder_mlp_layers, cfg.nonlinearity)
+        if isinstance(self.core, Core):  # a built-in core computes as the encoder does
+            self.core.products_precision = self.encoder.precision
         # Separate weights: the critic's own encoder -> core -> decoder, its state after the
         # actor's in the flat state (Sample Factory's ActorCriticSeparateWeights).
         self.critic_encoder: EncoderRunner | None = None
@@ -75,6 +77,8 @@ class ActorCritic(nn.Module):
         if not cfg.actor_critic_share_weights:
             self.critic_encoder = build_encoder(obs_spec, cfg)
             self.critic_core = build_core(self.critic_encoder.out_size, cfg)
+            if isinstance(self.critic_core, Core):
+                self.critic_core.products_precision = self.critic_encoder.precision
             self.critic_decoder = mlp(self.core.out_size, cfg.decoder_mlp_layers,
                                       cfg.nonlinearity)
         self._state_size = model_state_size(cfg)

@@ -103,9 +103,10 @@ class ModelConfig:
     """Arithmetic of the observation encoder (the conv stack is most of the model's compute):
     `bfloat16` runs it under autocast (parameters and the optimizer stay float32), `float32`
     does not, `auto` picks bfloat16 for the conv encoder on CPUs with AMX / AVX-512 BF16 and
-    on CUDA devices that support it (float32 for vector observations). The recurrent core and
-    the heads always run in float32, so the RNN state and the log-probabilities in the PPO
-    ratio keep full precision."""
+    on CUDA devices that support it (float32 for vector observations). The built-in GRU's
+    matrix products follow it in the learner on a CPU (its gates and state stay float32); the
+    heads always run in float32, so the log-probabilities in the PPO ratio keep full
+    precision."""
 
     adaptive_stddev: bool = False
     """Continuous actions: the Gaussian's log-std is an output of the actor head (state

@@ -25,8 +25,10 @@ from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional
 
 from components.models.config import ModelConfig
+from components.models.precision import Precision, uses_bf16
 
 
 class Core(nn.Module):
@@ -36,6 +38,9 @@ class Core(nn.Module):
 
     kind: ClassVar[str]
     """``gru``, ``lstm`` or ``none``."""
+    products_precision: Precision = "float32"
+    """Arithmetic of the GRU's matrix products in :meth:`sequence` on a CPU (the learner's
+    BPTT); the actor-critic sets its encoder's precision here. Gates and state stay float32."""
 
     def __init__(self, in_size: int, cfg: ModelConfig) -> None:
         super().__init__()
@@ -90,8 +95,11 @@ class Core(nn.Module):
         # One cuDNN call per stretch with no reset in any trajectory instead of T cell calls:
         # split T only where some trajectory's episode ended on the previous step.
         resets = (dones[:, : num_steps - 1] != 0).any(dim=0).nonzero().flatten() + 1
-        bounds = [0, *resets.tolist(), num_steps]
         state = state.to(x.dtype)
+        if self.kind == "gru" and x.device.type == "cpu" and \
+                uses_bf16(self.products_precision, x.device):
+            return self._gru_bf16_products(x, state, keep, set(resets.tolist()))
+        bounds = [0, *resets.tolist(), num_steps]
         outputs = []
         for start, end in itertools.pairwise(bounds):
             if start > 0:
@@ -99,6 +107,38 @@ class Core(nn.Module):
             out, state = self._run(x[:, start:end], state)
             outputs.append(out)
         return torch.cat(outputs, dim=1)
+
+    def _gru_bf16_products(self, x: Tensor, state: Tensor, keep: Tensor,
+                           resets: set[int]) -> Tensor:
+        """``nn.GRU``'s equations over ``x [B, T, in]``, the state multiplied by ``keep[:, t - 1]``
+        entering each step of ``resets``, with the matrix products in bfloat16 (float32
+        accumulation) and the gates and state in float32. On a CPU with bfloat16 instructions
+        the GRU's float32 products were a quarter of the learner's step (doom_basic's model,
+        docs/BENCHMARKS.md); their rounding adds less to the gradients than the bfloat16
+        encoder does. One loop over T: weights are cast once per layer, not once per stretch."""
+        assert self.rnn is not None
+        bf16 = torch.bfloat16
+        layers = self._layers(state)
+        for layer in range(self.num_layers):
+            w_ih, w_hh, b_ih, b_hh = (getattr(self.rnn, f"{name}_l{layer}") for name in
+                                      ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+            # the input's share of every step's gates in one product
+            gates_x = functional.linear(x.to(bf16), w_ih.to(bf16), b_ih.to(bf16)).float()
+            w_hh, b_hh = w_hh.to(bf16), b_hh.to(bf16)
+            h, size, outputs = layers[layer], self.core_size, []
+            for t in range(x.shape[1]):
+                if t in resets:
+                    h = h * keep[:, t - 1 : t]
+                gates_h = functional.linear(h.to(bf16), w_hh, b_hh).float()
+                step_x = gates_x[:, t]
+                reset, update = torch.sigmoid(step_x[:, : 2 * size] + gates_h[:, : 2 * size]
+                                              ).chunk(2, 1)
+                new = torch.tanh(torch.addcmul(step_x[:, 2 * size :], reset,
+                                               gates_h[:, 2 * size :]))
+                h = torch.lerp(new, h, update)  # (1 - z) * n + z * h
+                outputs.append(h)
+            x = torch.stack(outputs, dim=1)
+        return x
 
 
 class GruCore(Core):

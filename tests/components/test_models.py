@@ -9,6 +9,7 @@ import torch
 from torch.distributions import Categorical, Normal
 
 from components.models import ActionDistribution, ActorCritic, ModelConfig
+from components.models.core import GruCore
 from components.models.precision import cpu_has_fast_bf16, onednn_has_bf16
 
 IMAGE = ((3, 72, 128), "uint8")
@@ -209,6 +210,47 @@ def test_bfloat16_encoder_matches_float32_and_keeps_float32_outputs_and_grads() 
     (values.sum() + dist.params.sum()).backward()
     assert all(p.grad is not None and p.grad.dtype == torch.float32 and p.grad.isfinite().all()
                for p in fast.parameters())
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_gru_products_in_bfloat16_follow_the_float32_gru(layers: int) -> None:
+    torch.manual_seed(0)
+    cfg = ModelConfig(core_size=32, rnn_num_layers=layers)
+    core = GruCore(24, cfg)
+    x = torch.randn(4, 9, 24, requires_grad=True)
+    start = torch.randn(4, core.state_size)
+    dones = torch.zeros(4, 9)
+    dones[1, 3] = dones[3, 0] = dones[3, 6] = 1.0
+
+    def run(precision: str, episode_ends: torch.Tensor) -> tuple[torch.Tensor, list]:
+        core.products_precision = precision
+        core.zero_grad()
+        x.grad = None
+        out = core.sequence(x, start, episode_ends)
+        out.square().sum().backward()
+        return out.detach(), [p.grad.clone() for p in (*core.parameters(), x)]
+
+    exact, exact_grads = run("float32", dones)
+    fast, fast_grads = run("bfloat16", dones)
+    assert fast.dtype == torch.float32 and not torch.equal(fast, exact)
+    torch.testing.assert_close(fast, exact, atol=0.02, rtol=0.02)
+    for grad, exact_grad in zip(fast_grads, exact_grads, strict=True):
+        assert grad.dtype == torch.float32
+        assert (grad - exact_grad).norm() < 0.02 * exact_grad.norm()
+    # the resets count: without them the bfloat16 path's outputs move far more than rounding
+    no_resets, _ = run("bfloat16", torch.zeros(4, 9))
+    assert (no_resets - exact).abs().max() > 0.1
+
+
+def test_a_built_in_core_computes_its_products_as_the_encoder() -> None:
+    image = ActorCritic({"obs": IMAGE}, (3,), None,
+                        ModelConfig(hidden=8, core_size=4, precision="bfloat16"))
+    vector = ActorCritic({"obs": ((6,), "float32")}, (3,), None, ModelConfig(core_size=4))
+    separate = ActorCritic({"obs": IMAGE}, (3,), None, ModelConfig(
+        hidden=8, core_size=4, precision="bfloat16", actor_critic_share_weights=False))
+    assert image.core.products_precision == "bfloat16"
+    assert vector.core.products_precision == "float32"
+    assert separate.critic_core.products_precision == "bfloat16"
 
 
 def test_auto_precision_uses_bfloat16_only_for_images_on_fast_hardware() -> None:
