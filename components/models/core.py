@@ -122,15 +122,16 @@ class Core(nn.Module):
         for layer in range(self.num_layers):
             w_ih, w_hh, b_ih, b_hh = (getattr(self.rnn, f"{name}_l{layer}") for name in
                                       ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
-            # the input's share of every step's gates in one product
+            # the input's share of every step's gates in one product; unbound, so that the
+            # backward stacks the steps' gradients once instead of zero-filling a whole
+            # [B, T, 3H] gradient per step for each slice
             gates_x = functional.linear(x.to(bf16), w_ih.to(bf16), b_ih.to(bf16)).float()
             w_hh, b_hh = w_hh.to(bf16), b_hh.to(bf16)
             h, size, outputs = layers[layer], self.core_size, []
-            for t in range(x.shape[1]):
+            for t, step_x in enumerate(gates_x.unbind(1)):
                 if t in resets:
                     h = h * keep[:, t - 1 : t]
                 gates_h = functional.linear(h.to(bf16), w_hh, b_hh).float()
-                step_x = gates_x[:, t]
                 reset, update = torch.sigmoid(step_x[:, : 2 * size] + gates_h[:, : 2 * size]
                                               ).chunk(2, 1)
                 new = torch.tanh(torch.addcmul(step_x[:, 2 * size :], reset,
