@@ -18,8 +18,11 @@ from torch import Tensor, nn
 # Frames from which a batch of images is normalized into a channels-last layout (see normalize):
 # the learner's batches (~1000 frames) gain, inference's (8-32) lose to oneDNN's own reorder.
 _CHANNELS_LAST_FROM = 256
-# float32 values per chunk of that path: ~1 MB, so every pass after the first read stays in cache.
-_CHUNK_VALUES = 1 << 18
+# float32 values per chunk of that path: ~4 MB, so every pass after the first read stays in cache.
+# Each pass is an OpenMP region of the learner's two threads; when the rollout processes hold the
+# cores, a region waits for a descheduled thread, so fewer regions pay: 1 MB chunks (117 per
+# doom_basic batch) took 38-47 ms beside two half-busy cores, 4 MB 27-32 ms (15 vs 14 ms idle).
+_CHUNK_VALUES = 1 << 20
 
 
 class RunningMeanStd(nn.Module):
