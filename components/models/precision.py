@@ -41,9 +41,11 @@ def onednn_has_bf16() -> bool:
 
 
 def uses_bf16(precision: Precision, device: torch.device) -> bool:
-    """Whether ``precision`` means bfloat16 autocast on ``device`` (``auto``: where it is fast)."""
+    """Whether ``precision`` means bfloat16 autocast on ``device`` (``auto``: where it is fast:
+    on a CPU, bf16 instructions that oneDNN may use; ``ONEDNN_MAX_CPU_ISA=AVX2`` forbids them,
+    so a run under it computes as on an AVX2-only CPU)."""
     if precision != "auto":
         return precision == "bfloat16"
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
-    return device.type == "cpu" and cpu_has_fast_bf16()
+    return device.type == "cpu" and cpu_has_fast_bf16() and onednn_has_bf16()

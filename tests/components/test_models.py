@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -262,8 +266,19 @@ def test_auto_precision_uses_bfloat16_only_for_images_on_fast_hardware() -> None
     cpu = torch.device("cpu")
     from components.models.precision import uses_bf16
 
-    assert uses_bf16("auto", cpu) == cpu_has_fast_bf16()
+    assert uses_bf16("auto", cpu) == (cpu_has_fast_bf16() and onednn_has_bf16())
     assert uses_bf16("bfloat16", cpu) and not uses_bf16("float32", cpu)
+
+
+def test_auto_precision_is_float32_where_onednn_may_not_use_bfloat16() -> None:
+    # ONEDNN_MAX_CPU_ISA=AVX2 leaves oneDNN what an AVX2-only CPU has: `auto` must not pick
+    # bfloat16 there, whatever /proc/cpuinfo lists (the emulated AVX2 benchmarks rely on it)
+    probe = ("import torch; from components.models.precision import uses_bf16; "
+             "print(uses_bf16('auto', torch.device('cpu')))")
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "False"
 
 
 def test_inference_weights_kept_in_bfloat16_give_the_same_actions_as_casting_them() -> None:
