@@ -31,8 +31,8 @@ from components.models.policy import build_policy
 SECTION = "## Where the time goes: the model's arithmetic"
 IMAGE = (3, 72, 128)
 PRECISIONS = ("float32", "bfloat16")
-PACKED = "bfloat16, packed"
-INFERENCE = (*PRECISIONS, PACKED)
+INFERENCE = (*PRECISIONS, *(f"{p}, packed" for p in PRECISIONS))
+"""Inference kinds: each precision eager, then on packed weights (components/models/packed.py)."""
 PHASES = ("normalize", "forward + loss", "backward", "clip + Adam")
 DOOM_BASIC_LOSSES = AppoConfig(with_vtrace=False, exploration_loss="symmetric_kl",
                                entropy_coeff=0.001, ppo_clip_value=0.2)
@@ -85,11 +85,12 @@ class LearnerStep:
 
 def inference_pass(kind: str, rows: int) -> Callable[[], None]:
     """One inference step of ``rows`` rows as the inference worker runs it (``Policy.step``:
-    uint8 frames normalized, then the model, eager or on packed weights for ``kind`` = PACKED)."""
+    uint8 frames normalized, then the model, eager or on packed weights: ``kind`` is one of
+    :data:`INFERENCE`)."""
     torch.manual_seed(0)
-    model = ModelConfig(precision="float32" if kind == "float32" else "bfloat16")
-    policy = build_policy(DataPathParams(env="doom_basic", model=model))
-    policy.prepare_for_inference(packed=kind == PACKED)
+    precision, _, packed = kind.partition(", ")
+    policy = build_policy(DataPathParams(env="doom_basic", model=ModelConfig(precision=precision)))
+    policy.prepare_for_inference(packed=packed == "packed")
     obs = {"obs": torch.randint(0, 256, (rows, *IMAGE), dtype=torch.uint8)}
     state = torch.zeros(rows, policy.model.state_size)
 
@@ -156,12 +157,13 @@ def main(argv: list[str] | None = None) -> int:
         about = ("One torch thread, as in the learner and the inference worker; medians of "
                  f"{args.repeats} interleaved runs (inference: {args.repeats * 5}). `bfloat16` "
                  "is `model.precision: bfloat16` (the default `auto` on this CPU): the encoder "
-                 "under autocast with channels-last convolutions, the GRU and the heads in "
-                 "float32. An inference step includes normalizing the uint8 frames; "
-                 f"`{PACKED}` is what the inference worker runs on this CPU "
-                 "(`components/models/packed.py`: the same precisions on weights reordered "
-                 "once for oneDNN), `bfloat16` the eager model with the encoder's weights kept "
-                 "in bfloat16.")
+                 "under autocast with channels-last convolutions, the GRU's matrix products in "
+                 "bfloat16 in the learner, its gates and state and the heads in float32. An "
+                 "inference step includes normalizing the uint8 frames; a `packed` kind is "
+                 "what the inference worker runs (`components/models/packed.py`: the same "
+                 "precisions on weights reordered once for oneDNN; `bfloat16, packed` with the "
+                 "default `auto` on a CPU with fast bfloat16, `float32, packed` elsewhere), "
+                 "`bfloat16` the eager model with the encoder's weights kept in bfloat16.")
         write_section(SECTION, f"Command: `{command.strip()}`\n\nMachine: {throughput.machine()}"
                                f"\n\n{about}\n\n{text}\n")
     return 0

@@ -5,10 +5,11 @@ where eager PyTorch spends much of a pass outside the arithmetic: oneDNN reorder
 into its blocked layout on every call, and the GRU's matmuls go through a plain GEMM.
 :class:`PackedStep` reorders the weights once per weights refresh (``pack``) and runs the same
 network, in the same precisions as the eager model, on the reordered operands: the conv stack
-and the FC layer in bfloat16 (as under autocast), the GRU (matmuls, gates, state) and the heads
-in float32, so its outputs match the eager model's to rounding and learning does not change.
-On the default doom_basic model this is ~1.3x faster per pass at 8-16 rows
-(``python -m bench.arithmetic``). It is inference only: the learner trains the eager model.
+and the FC layer in the encoder's compute dtype (bfloat16 as under autocast, or float32 where
+the CPU has no fast bfloat16), the GRU (matmuls, gates, state) and the heads in float32, so its
+outputs match the eager model's to rounding and learning does not change. On the default
+doom_basic model this is ~1.3x faster per pass at 8-16 rows in either dtype (``python -m
+bench.arithmetic``). It is inference only: the learner trains the eager model.
 """
 
 from __future__ import annotations
@@ -35,34 +36,34 @@ def _mkldnn_ops_available() -> bool:
 
 
 def packable(model: ActorCritic) -> bool:
-    """Whether :class:`PackedStep` can run ``model``: the built-in bfloat16 conv encoder over
-    the one key ``obs``, the built-in one-layer GRU or no core, shared by actor and critic (an
-    LSTM, stacked layers, separate weights or a user's part run the eager model), on a CPU
-    whose oneDNN has bfloat16 kernels."""
+    """Whether :class:`PackedStep` can run ``model``: the built-in conv encoder over the one
+    key ``obs``, the built-in one-layer GRU or no core, shared by actor and critic (an LSTM,
+    stacked layers, separate weights or a user's part run the eager model), on a CPU with
+    oneDNN (with bfloat16 kernels where the encoder computes in bfloat16)."""
     encoder = model.encoder
     return (isinstance(encoder, ObsEncoder) and encoder.keys == ("obs",)
             and isinstance(encoder.main, StackEncoder) and encoder.main.stack == "conv_simple"
             and isinstance(model.core, GruCore | IdentityCore) and model.core.num_layers == 1
-            and model.critic_encoder is None
-            and precision.uses_bf16(encoder.precision, _CPU) and _mkldnn_ops_available()
-            and precision.onednn_has_bf16())
+            and model.critic_encoder is None and _mkldnn_ops_available()
+            and (encoder.compute_dtype(_CPU) == torch.float32 or precision.onednn_has_bf16()))
 
 
 class _PackedConv:
-    """One conv layer with its weight in oneDNN's blocked bfloat16 layout."""
+    """One conv layer with its weight in oneDNN's blocked layout, in ``dtype``."""
 
-    def __init__(self, conv: torch.nn.Conv2d, input_size: list[int]) -> None:
+    def __init__(self, conv: torch.nn.Conv2d, input_size: list[int], dtype: torch.dtype) -> None:
         self.conv = conv
         self.input_size = input_size
         self.stride = list(conv.stride)
+        self.dtype = dtype
         self.pack()
 
     def pack(self) -> None:
         """Reorder the current weights."""
-        weight = self.conv.weight.detach().to(torch.bfloat16, memory_format=torch.channels_last)
+        weight = self.conv.weight.detach().to(self.dtype, memory_format=torch.channels_last)
         self.weight = torch.ops.mkldnn._reorder_convolution_weight(
             weight, [0, 0], self.stride, [1, 1], 1, self.input_size)
-        self.bias = self.conv.bias.detach().to(torch.bfloat16)
+        self.bias = self.conv.bias.detach().to(self.dtype)
 
     def __call__(self, x: Tensor) -> Tensor:
         return torch.ops.mkldnn._convolution_pointwise(
@@ -95,9 +96,11 @@ class PackedStep:
 
     def __init__(self, model: ActorCritic) -> None:
         if not packable(model):
-            raise ValueError("PackedStep needs a bfloat16 conv_simple encoder (simplified "
-                             "architecture) and a GRU or no core, on a CPU with oneDNN")
+            raise ValueError("PackedStep needs a conv_simple encoder (simplified architecture) "
+                             "and a GRU or no core, on a CPU with oneDNN (and its bfloat16 "
+                             "kernels for a bfloat16 encoder)")
         self.model = model
+        self.dtype = model.encoder.compute_dtype(_CPU)
         encoder = model.encoder.main
         assert isinstance(encoder, StackEncoder)
         # (conv, its activation) pairs; each conv's input size from a probe through the stack
@@ -105,10 +108,10 @@ class PackedStep:
         x = torch.zeros(_TUNED_ROWS, *encoder.obs_shape)
         with torch.no_grad():
             for conv, activation in zip(encoder.conv[::2], encoder.conv[1::2], strict=True):
-                self.convs.append((_PackedConv(conv, list(x.shape)), activation))
+                self.convs.append((_PackedConv(conv, list(x.shape), self.dtype), activation))
                 x = conv(x)
         fc, self.fc_activation = encoder.fc
-        self.fc = _PackedLinear(fc.weight, fc.bias, torch.bfloat16)
+        self.fc = _PackedLinear(fc.weight, fc.bias, self.dtype)
         self.gru: tuple[_PackedLinear, _PackedLinear] | None = None
         if model.core.rnn is not None:
             rnn = model.core.rnn
@@ -127,7 +130,7 @@ class PackedStep:
         none of the actions ``action_mask`` masks chosen."""
         # Left in NCHW: oneDNN reorders the first conv's input itself, faster than a
         # channels-last copy here (~0.3 ms less at 8 rows)
-        x = obs.to(torch.bfloat16)
+        x = obs.to(self.dtype)
         for conv, activation in self.convs:
             x = activation(conv(x))
         features = self.fc_activation(self.fc(x.flatten(1)))

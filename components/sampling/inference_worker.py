@@ -110,8 +110,8 @@ class InferenceWorker(Actor):
         """Act with the most likely action instead of sampling (evaluation runs)."""
         packed_weights: bool = True
         """Run the model on weights reordered once per refresh for oneDNN, in the eager model's
-        precisions, where it allows it (the conv encoder with a GRU or no core, on a CPU with
-        bf16 units; see :mod:`components.models.packed`); off: the eager model."""
+        precisions, where it allows it (the conv encoder with a GRU or no core, on a CPU; see
+        :mod:`components.models.packed`); off: the eager model."""
         torch_threads: int = 1
         """Intra-op threads of the forward pass. 1 on small machines: a batch is a few dozen rows,
         too little to split well, and extra threads spin on cores the rollout workers need."""

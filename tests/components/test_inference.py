@@ -23,7 +23,7 @@ from components.datapath.record import DataPath
 from components.datapath.settings import DataPathParams
 from components.models import ModelConfig
 from components.models.policy import Policy, build_policy
-from components.models.precision import cpu_has_fast_bf16, onednn_has_bf16
+from components.models.precision import onednn_has_bf16
 from components.sampling.inference_worker import InferenceWorker
 from sfbus import Actor, ArraySpec, RunRecords, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
@@ -237,10 +237,10 @@ DOOM = dataclasses.replace(PARAMS, env="doom_basic", model=ModelConfig(hidden=32
 
 @pytest.mark.parametrize("device", DEVICES)
 async def test_conv_policy_serves_new_weights_on_every_device(device: str) -> None:
-    # The default model (conv encoder in its compute precision, GRU). On a CPU whose oneDNN has
-    # bf16 kernels it runs on packed weights, packed again at each refresh; on a GPU each
-    # refresh is one upload of the whole vector, then casts into the parameters.
-    packs = device == "cpu" and cpu_has_fast_bf16() and onednn_has_bf16()
+    # The default model (conv encoder in its compute precision, GRU). On a CPU it runs on
+    # packed weights, packed again at each refresh; on a GPU each refresh is one upload of the
+    # whole vector, then casts into the parameters.
+    packs = device == "cpu"
     async with run(DOOM, deterministic=True, device=device) as actors:
         rollout, learner, inference = actors["rollout.0"], actors["learner"], actors["inference"]
         assert (inference.served[0].model.packed is not None) == packs
