@@ -39,7 +39,7 @@ from components.commands.enjoy import (
 from components.commands.outputs import check_writable_file
 from components.envs import EnvSpec
 from components.envs.spec import ACTION_MASK_KEY
-from components.models.core import Core
+from components.models.core import Core, gru_cell
 from components.models.distributions import HybridDistribution
 from components.models.policy import Policy
 from sfbus import BadInput, SfbusError
@@ -182,10 +182,7 @@ def _cell_step(core: nn.Module, x: Tensor, state: Tensor) -> tuple[Tensor, Tenso
             cells[k] = torch.sigmoid(f) * cells[k] + torch.sigmoid(i) * torch.tanh(g)
             layers[k] = torch.sigmoid(o) * torch.tanh(cells[k])
         else:
-            x_r, x_z, x_n = gates_x.chunk(3, dim=1)
-            h_r, h_z, h_n = gates_h.chunk(3, dim=1)
-            r, z = torch.sigmoid(x_r + h_r), torch.sigmoid(x_z + h_z)
-            layers[k] = (1 - z) * torch.tanh(x_n + r * h_n) + z * layers[k]
+            layers[k] = gru_cell(gates_x, gates_h, layers[k])
         x = layers[k]
     return x, torch.cat(layers + cells, dim=1)
 

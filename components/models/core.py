@@ -31,6 +31,15 @@ from components.models.config import ModelConfig
 from components.models.precision import Precision, uses_bf16
 
 
+def gru_cell(gates_x: Tensor, gates_h: Tensor, h: Tensor) -> Tensor:
+    """``nn.GRU``'s cell from the input's and the state's gate pre-activations ``[B, 3H]``
+    (r, z, n; biases included): n = tanh(x_n + r * h_n), the new state (1 - z) * n + z * h."""
+    size = h.shape[1]
+    reset, update = torch.sigmoid(gates_x[:, : 2 * size] + gates_h[:, : 2 * size]).chunk(2, 1)
+    new = torch.tanh(torch.addcmul(gates_x[:, 2 * size :], reset, gates_h[:, 2 * size :]))
+    return torch.lerp(new, h, update)
+
+
 class Core(nn.Module):
     """GRU / LSTM of ``rnn_num_layers`` stacked layers (or identity) over encoder features: the
     built-in cores, each registered by name (``gru``, ``lstm``, ``none``) as one of the
@@ -127,16 +136,11 @@ class Core(nn.Module):
             # [B, T, 3H] gradient per step for each slice
             gates_x = functional.linear(x.to(bf16), w_ih.to(bf16), b_ih.to(bf16)).float()
             w_hh, b_hh = w_hh.to(bf16), b_hh.to(bf16)
-            h, size, outputs = layers[layer], self.core_size, []
+            h, outputs = layers[layer], []
             for t, step_x in enumerate(gates_x.unbind(1)):
                 if t in resets:
                     h = h * keep[:, t - 1 : t]
-                gates_h = functional.linear(h.to(bf16), w_hh, b_hh).float()
-                reset, update = torch.sigmoid(step_x[:, : 2 * size] + gates_h[:, : 2 * size]
-                                              ).chunk(2, 1)
-                new = torch.tanh(torch.addcmul(step_x[:, 2 * size :], reset,
-                                               gates_h[:, 2 * size :]))
-                h = torch.lerp(new, h, update)  # (1 - z) * n + z * h
+                h = gru_cell(step_x, functional.linear(h.to(bf16), w_hh, b_hh).float(), h)
                 outputs.append(h)
             x = torch.stack(outputs, dim=1)
         return x

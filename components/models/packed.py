@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from components.models import precision
 from components.models.actor_critic import ActorCritic, StepOutput
-from components.models.core import GruCore, IdentityCore
+from components.models.core import GruCore, IdentityCore, gru_cell
 from components.models.encoders import ObsEncoder, StackEncoder
 
 _CPU = torch.device("cpu")
@@ -141,11 +141,6 @@ class PackedStep:
         return self.model.act(core_out, state, deterministic, generator, action_mask)
 
     def _gru_step(self, x: Tensor, h: Tensor) -> Tensor:
-        """``nn.GRU``'s cell (r, z, n gates; n = tanh(W_in x + r * (W_hn h))), all float32."""
+        """``nn.GRU``'s cell on the packed products, all float32."""
         assert self.gru is not None
-        gates_x = self.gru[0](x)
-        gates_h = self.gru[1](h)
-        size = gates_x.shape[1] // 3
-        reset, update = torch.sigmoid(gates_x[:, : 2 * size] + gates_h[:, : 2 * size]).chunk(2, 1)
-        new = torch.tanh(torch.addcmul(gates_x[:, 2 * size :], reset, gates_h[:, 2 * size :]))
-        return torch.lerp(new, h, update)  # (1 - z) * n + z * h
+        return gru_cell(self.gru[0](x), self.gru[1](h), h)
