@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from components.models import precision
 from components.models.actor_critic import ActorCritic, StepOutput
 from components.models.core import GruCore, IdentityCore, gru_cell
-from components.models.encoders import ObsEncoder, StackEncoder
+from components.models.encoders import MlpEncoder, ObsEncoder, StackEncoder
 
 _CPU = torch.device("cpu")
 # Rows the packed layouts are tuned for: a rollout split of the default run. Any row count works.
@@ -36,13 +36,16 @@ def _mkldnn_ops_available() -> bool:
 
 
 def packable(model: ActorCritic) -> bool:
-    """Whether :class:`PackedStep` can run ``model``: the built-in conv encoder over the one
-    key ``obs``, the built-in one-layer GRU or no core, shared by actor and critic (an LSTM,
+    """Whether :class:`PackedStep` can run ``model``: the built-in conv encoder over the key
+    ``obs`` (beside MLP branches for vector keys, as the ``full`` architecture's
+    measurements), the built-in one-layer GRU or no core, shared by actor and critic (an LSTM,
     stacked layers, separate weights or a user's part run the eager model), on a CPU with
     oneDNN (with bfloat16 kernels where the encoder computes in bfloat16)."""
     encoder = model.encoder
-    return (isinstance(encoder, ObsEncoder) and encoder.keys == ("obs",)
+    return (isinstance(encoder, ObsEncoder) and "obs" in encoder.branches
             and isinstance(encoder.main, StackEncoder) and encoder.main.stack == "conv_simple"
+            and all(isinstance(branch, MlpEncoder) for key, branch in encoder.branches.items()
+                    if key != "obs")
             and isinstance(model.core, GruCore | IdentityCore) and model.core.num_layers == 1
             and model.critic_encoder is None and _mkldnn_ops_available()
             and (encoder.compute_dtype(_CPU) == torch.float32 or precision.onednn_has_bf16()))
@@ -96,11 +99,14 @@ class PackedStep:
 
     def __init__(self, model: ActorCritic) -> None:
         if not packable(model):
-            raise ValueError("PackedStep needs a conv_simple encoder (simplified architecture) "
+            raise ValueError("PackedStep needs a conv_simple encoder over 'obs' (MLPs beside it) "
                              "and a GRU or no core, on a CPU with oneDNN (and its bfloat16 "
                              "kernels for a bfloat16 encoder)")
         self.model = model
         self.dtype = model.encoder.compute_dtype(_CPU)
+        self.branches = model.encoder.branches
+        """Every key's branch in the encoder's order; the conv branch ``obs`` runs packed, the
+        small MLPs of vector keys eagerly (as under the encoder's autocast)."""
         encoder = model.encoder.main
         assert isinstance(encoder, StackEncoder)
         # (conv, its activation) pairs; each conv's input size from a probe through the stack
@@ -123,22 +129,34 @@ class PackedStep:
         for layer in (*(conv for conv, _ in self.convs), self.fc, *(self.gru or ())):
             layer.pack()
 
-    def __call__(self, obs: Tensor, rnn_state: Tensor, deterministic: bool = False,
+    def __call__(self, obs: dict[str, Tensor], rnn_state: Tensor, deterministic: bool = False,
                  generator: torch.Generator | None = None,
                  action_mask: Tensor | None = None) -> StepOutput:
-        """One step for normalized float images ``obs [B, C, H, W]`` and ``rnn_state [B, S]``,
-        none of the actions ``action_mask`` masks chosen."""
-        # Left in NCHW: oneDNN reorders the first conv's input itself, faster than a
-        # channels-last copy here (~0.3 ms less at 8 rows)
-        x = obs.to(self.dtype)
-        for conv, activation in self.convs:
-            x = activation(conv(x))
-        features = self.fc_activation(self.fc(x.flatten(1)))
+        """One step for normalized observations (float images ``obs [B, C, H, W]``, vectors
+        under their keys) and ``rnn_state [B, S]``, none of the actions ``action_mask`` masks
+        chosen."""
+        parts = [self._image_features(obs[key]) if key == "obs" else self._vector_features(
+            branch, obs[key]) for key, branch in self.branches.items()]
+        features = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
         if self.gru is None:
             core_out, state = features.float(), rnn_state
         else:
             core_out = state = self._gru_step(features, rnn_state)
         return self.model.act(core_out, state, deterministic, generator, action_mask)
+
+    def _image_features(self, image: Tensor) -> Tensor:
+        """The conv branch on the packed weights, in the encoder's dtype."""
+        # Left in NCHW: oneDNN reorders the first conv's input itself, faster than a
+        # channels-last copy here (~0.3 ms less at 8 rows)
+        x = image.to(self.dtype)
+        for conv, activation in self.convs:
+            x = activation(conv(x))
+        return self.fc_activation(self.fc(x.flatten(1)))
+
+    def _vector_features(self, branch: nn.Module, vector: Tensor) -> Tensor:
+        """A vector key's MLP, as the eager encoder runs it (under its autocast)."""
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.dtype == torch.bfloat16):
+            return branch(vector.float()).to(self.dtype)
 
     def _gru_step(self, x: Tensor, h: Tensor) -> Tensor:
         """``nn.GRU``'s cell on the packed products, all float32."""

@@ -101,7 +101,7 @@ class Policy(nn.Module):
               deterministic: bool, generator: torch.Generator | None) -> StepOutput:
         normalized = self.obs_normalizer(obs)
         if self.packed is not None:
-            return self.packed(normalized["obs"], rnn_state, deterministic, generator,
+            return self.packed(normalized, rnn_state, deterministic, generator,
                                normalized.get(ACTION_MASK_KEY))
         return self.model.forward_step(normalized, rnn_state, deterministic, generator)
 

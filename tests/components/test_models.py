@@ -301,37 +301,45 @@ def test_inference_weights_kept_in_bfloat16_give_the_same_actions_as_casting_the
     torch.testing.assert_close(a.value, b.value)
 
 
-def _packed_pair(core: str, nonlinearity: str = "elu") -> tuple[ActorCritic, dict]:
+def _packed_pair(core: str, nonlinearity: str, architecture: str) -> tuple[ActorCritic, dict]:
     """A float32 reference model and the spec; the packed step runs a copy of it."""
     torch.manual_seed(2)
+    # two keys, the vector first: `auto` concatenates the features in this order, `full` as
+    # obs, measurements; the packed step must follow either
+    spec = {"obs": IMAGE} if architecture == "simplified" else \
+        {"measurements": ((5,), "float32"), "obs": IMAGE}
     cfg = ModelConfig(hidden=64, core=core, core_size=32, precision="float32",
-                      nonlinearity=nonlinearity)
-    return ActorCritic({"obs": IMAGE}, (3, 5), None, cfg).eval(), {"obs": IMAGE}
+                      nonlinearity=nonlinearity, architecture=architecture,
+                      measurements_hidden=(8,))
+    return ActorCritic(spec, (3, 5), None, cfg).eval(), spec
 
 
 @pytest.mark.parametrize("precision", [
     "float32", pytest.param("bfloat16", marks=pytest.mark.skipif(
         not onednn_has_bf16(), reason="a bfloat16 packed step needs oneDNN's bf16 kernels "
         "(AVX-512 or AMX)"))])
-@pytest.mark.parametrize(("core", "nonlinearity"), [("gru", "elu"), ("none", "elu"),
-                                                    ("gru", "relu"), ("gru", "tanh")])
+@pytest.mark.parametrize(("core", "nonlinearity", "architecture"), [
+    ("gru", "elu", "simplified"), ("none", "elu", "simplified"), ("gru", "relu", "simplified"),
+    ("gru", "tanh", "simplified"), ("gru", "elu", "full"), ("none", "elu", "full"),
+    ("gru", "elu", "auto")])
 def test_packed_step_matches_the_float32_step_and_follows_new_weights(
-        core: str, nonlinearity: str, precision: str) -> None:
+        core: str, nonlinearity: str, architecture: str, precision: str) -> None:
     from components.models.packed import PackedStep
 
-    reference, spec = _packed_pair(core, nonlinearity)
+    reference, spec = _packed_pair(core, nonlinearity, architecture)
     fast = ActorCritic(spec, (3, 5), None, dataclasses.replace(reference.cfg,
                                                                precision=precision)).eval()
     fast.load_state_dict(reference.state_dict())
     packed = PackedStep(fast)
-    obs = {"obs": torch.rand(6, *IMAGE[0]) * 2 - 1}  # as normalized images are
+    obs = {"obs": torch.rand(6, *IMAGE[0]) * 2 - 1,  # as normalized images are
+           "measurements": torch.randn(6, 5)}
     state = torch.randn(6, reference.state_size) * 0.5
 
     def compare() -> None:
         with torch.inference_mode():
             exact = reference.forward_step(obs, state, deterministic=True)
             eager = fast.forward_step(obs, state, deterministic=True)
-            got = packed(obs["obs"], state, deterministic=True)
+            got = packed(obs, state, deterministic=True)
         # the eager model's numbers in its precision: only the weights' layout moved
         for name in ("action_logits", "value", "rnn_state"):
             torch.testing.assert_close(getattr(got, name), getattr(eager, name),
@@ -385,7 +393,7 @@ def test_packable_only_for_the_conv_encoder_with_a_gru_or_no_core(
     assert packable(model(core="none")) == onednn_bf16
     assert not packable(model(core="lstm"))
     assert not packable(model(encoder="nature_cnn"))  # the packed path knows conv_simple only
-    assert not packable(model(architecture="full"))
+    assert packable(model(architecture="full")) == onednn_bf16  # MLPs beside the conv stack
     assert packable(model(precision="float32"))  # oneDNN's float32 kernels: every CPU
     assert not packable(ActorCritic({"obs": ((6,), "float32")}, (3,), None, ModelConfig()))
 
