@@ -101,14 +101,15 @@ class Core(nn.Module):
             return x
         num_steps = x.shape[1]
         keep = 1.0 - dones.to(x.dtype)
-        # One cuDNN call per stretch with no reset in any trajectory instead of T cell calls:
-        # split T only where some trajectory's episode ended on the previous step.
-        resets = (dones[:, : num_steps - 1] != 0).any(dim=0).nonzero().flatten() + 1
+        # the steps some trajectory's episode ended before
+        resets = ((dones[:, : num_steps - 1] != 0).any(dim=0).nonzero().flatten() + 1).tolist()
         state = state.to(x.dtype)
         if self.kind == "gru" and x.device.type == "cpu" and \
                 uses_bf16(self.products_precision, x.device):
-            return self._gru_bf16_products(x, state, keep, set(resets.tolist()))
-        bounds = [0, *resets.tolist(), num_steps]
+            return self._gru_bf16_products(x, state, keep, set(resets))
+        # One cuDNN call per stretch with no reset in any trajectory instead of T cell calls:
+        # split T only at those steps.
+        bounds = [0, *resets, num_steps]
         outputs = []
         for start, end in itertools.pairwise(bounds):
             if start > 0:

@@ -154,9 +154,11 @@ class PackedStep:
         return self.fc_activation(self.fc(x.flatten(1)))
 
     def _vector_features(self, branch: nn.Module, vector: Tensor) -> Tensor:
-        """A vector key's MLP, as the eager encoder runs it (under its autocast)."""
+        """A vector key's MLP, as the eager encoder runs it (under its autocast): bfloat16 out
+        of a layer, float32 out of an MLP without layers, which the concatenation keeps (it
+        promotes, as the eager encoder's does)."""
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.dtype == torch.bfloat16):
-            return branch(vector.float()).to(self.dtype)
+            return branch(vector.float())
 
     def _gru_step(self, x: Tensor, h: Tensor) -> Tensor:
         """``nn.GRU``'s cell on the packed products, all float32."""

@@ -308,9 +308,10 @@ def _packed_pair(core: str, nonlinearity: str, architecture: str) -> tuple[Actor
     # obs, measurements; the packed step must follow either
     spec = {"obs": IMAGE} if architecture == "simplified" else \
         {"measurements": ((5,), "float32"), "obs": IMAGE}
+    # `full`'s measurements through an MLP, `auto`'s vector key through none (the identity)
     cfg = ModelConfig(hidden=64, core=core, core_size=32, precision="float32",
                       nonlinearity=nonlinearity, architecture=architecture,
-                      measurements_hidden=(8,))
+                      measurements_hidden=(8,), mlp_layers=())
     return ActorCritic(spec, (3, 5), None, cfg).eval(), spec
 
 
