@@ -1,6 +1,6 @@
 """APPO: V-trace, GAE, PPO losses, normalizers and the combined loss."""
 
-from components.algo.appo import appo_loss
+from components.algo.appo import appo_loss, gae_targets
 from components.algo.gae import gae
 from components.algo.normalizers import ObsNormalizer, ReturnsNormalizer, RunningMeanStd
 from components.algo.ppo import (
@@ -22,6 +22,7 @@ __all__ = [
     "appo_loss",
     "entropy_loss",
     "gae",
+    "gae_targets",
     "impala_policy_loss",
     "masked_mean",
     "normalize_advantages",

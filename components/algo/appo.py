@@ -43,13 +43,16 @@ def appo_loss(
       step 0 is used).
     - `actions` `[B, T, heads]` int64 or `[B, T, dim]` float; `log_probs` `[B, T]` log mu(a|x);
       `action_params` `[B, T, n]` mu's parameters (``ActionDistribution.params``);
-      `values` `[B, T]` behavior values (normalized space, used only for value clipping);
+      `values` `[B, T]` behavior values (normalized space: GAE's values, and the centre of
+      value clipping);
       `rewards` `[B, T]` reward after step t's action; `dones` `[B, T]` the episode ended after
       step t (terminated or truncated: both stop the bootstrap); `time_outs` `[B, T]` (needed
       with `cfg.value_bootstrap`) the episode was truncated, not terminated, after step t.
     - optional `policy_versions` `[B, T]` with the int `learner_version`: steps whose lag
       exceeds `cfg.max_policy_lag` are masked out of every loss; optional `valids` `[B, T]` bool
       masks further steps (e.g. another policy's). Masked steps still feed V-trace's recursion.
+    - optional `targets` and `advantages` `[B, T]`, GAE's from `gae_targets` for the whole batch;
+      without them GAE is computed here the same way, V(x_T) from this forward pass.
 
     Per-step fields may also be given with `T + 1` steps (the buffers' shape); the last is ignored.
     """
@@ -58,15 +61,7 @@ def appo_loss(
     step = {key: batch[key][:, :num_steps] for key in PER_STEP_KEYS if key in batch}
     rnn_state = batch["rnn_states"]
     dones = step["dones"].float()
-
-    # valid samples: the caller's mask, and a policy lag of at most max_policy_lag
-    valids = torch.ones_like(dones, dtype=torch.bool)
-    if "valids" in step:
-        valids &= step["valids"].bool()
-    policy_lag = None
-    if "policy_versions" in step and "learner_version" in batch:
-        policy_lag = (batch["learner_version"] - step["policy_versions"]).float()
-        valids &= policy_lag <= cfg.max_policy_lag
+    valids, policy_lag = _valid_steps(step, batch, cfg)
 
     # forward pass over T + 1 steps; the extra step gives the bootstrap value V(x_T)
     if rnn_state.dim() == 3 and 0 < cfg.recurrence < num_steps:
@@ -80,34 +75,24 @@ def appo_loss(
     log_prob_new = dist.log_prob(step["actions"])
     log_prob_old = step["log_probs"].float()
 
-    # value targets and advantages, in return space, from the current model's values
     with torch.no_grad():
-        values_ret, bootstrap_ret = values.detach(), values_all[:, num_steps].detach()
-        if cfg.normalize_returns:
-            if returns_normalizer is None:
-                raise ValueError("cfg.normalize_returns needs a returns_normalizer")
-            values_ret = returns_normalizer.denormalize(values_ret)
-            bootstrap_ret = returns_normalizer.denormalize(bootstrap_ret)
-        rewards = step["rewards"]
-        if cfg.value_bootstrap:
-            if "time_outs" not in step:
-                raise ValueError("cfg.value_bootstrap needs the batch's time_outs")
-            rewards = bootstrap_time_outs(rewards, values_ret, dones, step["time_outs"], cfg.gamma)
         if cfg.with_vtrace:
+            # V-trace needs the current policy's ratios, so its targets follow each minibatch
+            values_ret, bootstrap_ret = _return_space(
+                values.detach(), values_all[:, num_steps].detach(), cfg, returns_normalizer)
             # log rho_t = log pi(a_t|x_t) - log mu(a_t|x_t)
             log_rhos = log_prob_new.detach() - log_prob_old
             targets, advantages = vtrace(
-                values_ret, bootstrap_ret, rewards, dones, log_rhos,
-                cfg.gamma, cfg.vtrace_rho_bar, cfg.vtrace_c_bar,
+                values_ret, bootstrap_ret, _rewards(step, values_ret, dones, cfg), dones,
+                log_rhos, cfg.gamma, cfg.vtrace_rho_bar, cfg.vtrace_c_bar,
             )  # fmt: skip
+            targets = _normalized_targets(targets, valids, cfg, returns_normalizer)
+        elif "advantages" in batch:  # computed once for the whole batch: gae_targets
+            targets = batch["targets"][:, :num_steps]
+            advantages = batch["advantages"][:, :num_steps]
         else:
-            targets, advantages = gae(
-                values_ret, bootstrap_ret, rewards, dones, cfg.gamma, cfg.gae_lambda
-            )
-        if cfg.normalize_returns:
-            if returns_normalizer.training:
-                returns_normalizer.update(targets[valids])
-            targets = returns_normalizer.normalize(targets)
+            targets, advantages = _gae_targets(step, values_all[:, num_steps].detach(), dones,
+                                               valids, cfg, returns_normalizer)
         valid_adv = advantages[valids]
         adv_mean = masked_mean(advantages, valids)
         adv_std = valid_adv.std() if valid_adv.numel() > 1 else torch.zeros(())
@@ -165,6 +150,99 @@ def appo_loss(
             stats["policy_lag_mean"] = policy_lag.mean()
             stats["policy_lag_max"] = policy_lag.max()
     return loss, stats
+
+
+@torch.no_grad()
+def gae_targets(
+    model: ActorCritic,
+    batch: dict,
+    cfg: AppoConfig,
+    returns_normalizer: ReturnsNormalizer | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Value targets (normalized where returns are) and GAE advantages `[B, T]` of a whole batch.
+
+    Computed once before the batch's epochs, as PPO and Sample Factory do: from the
+    behaviour-time `values` and the current model's V(x_T), run from the stored state entering
+    step T (`rnn_states [B, T + 1, S]`; a model without state takes any). `appo_loss` trains on
+    them as the batch's `targets` and `advantages`. Recomputed from the current critic at every
+    minibatch instead, later epochs would normalize what is left of the advantages once the
+    critic has fitted these very returns. The returns statistics take the batch once."""
+    obs = batch["obs"]
+    num_steps = next(iter(obs.values())).shape[1] - 1
+    step = {key: batch[key][:, :num_steps] for key in PER_STEP_KEYS if key in batch}
+    dones = step["dones"].float()
+    valids, _ = _valid_steps(step, batch, cfg)
+    rnn_state = batch["rnn_states"]
+    if rnn_state.dim() == 3:  # the state entering T is 0 after an episode's end at T - 1
+        entering = rnn_state[:, num_steps] * (1.0 - dones[:, num_steps - 1 :].to(rnn_state.dtype))
+    elif model.state_size == 0:
+        entering = rnn_state
+    else:
+        raise ValueError("gae_targets needs the state entering each step: rnn_states [B, T + 1, S]")
+    _, bootstrap = model.forward_sequence({k: v[:, num_steps:] for k, v in obs.items()},
+                                          entering, torch.zeros_like(dones[:, :1]))
+    return _gae_targets(step, bootstrap[:, 0], dones, valids, cfg, returns_normalizer)
+
+
+def _gae_targets(step: dict[str, Tensor], bootstrap: Tensor, dones: Tensor, valids: Tensor,
+                 cfg: AppoConfig, returns_normalizer: ReturnsNormalizer | None,
+                 ) -> tuple[Tensor, Tensor]:
+    """GAE's (normalized targets, advantages) from the behaviour-time values and ``bootstrap``
+    V(x_T), both in the critic's (normalized) space."""
+    values_ret, bootstrap_ret = _return_space(step["values"].float(), bootstrap, cfg,
+                                              returns_normalizer)
+    targets, advantages = gae(values_ret, bootstrap_ret, _rewards(step, values_ret, dones, cfg),
+                              dones, cfg.gamma, cfg.gae_lambda)
+    return _normalized_targets(targets, valids, cfg, returns_normalizer), advantages
+
+
+def _valid_steps(step: dict[str, Tensor], batch: dict, cfg: AppoConfig,
+                 ) -> tuple[Tensor, Tensor | None]:
+    """The steps that train: the caller's `valids`, and a policy lag of at most
+    `max_policy_lag`; and the lags (None without versions)."""
+    valids = torch.ones_like(step["dones"], dtype=torch.bool)
+    if "valids" in step:
+        valids &= step["valids"].bool()
+    policy_lag = None
+    if "policy_versions" in step and "learner_version" in batch:
+        policy_lag = (batch["learner_version"] - step["policy_versions"]).float()
+        valids &= policy_lag <= cfg.max_policy_lag
+    return valids, policy_lag
+
+
+def _return_space(values: Tensor, bootstrap: Tensor, cfg: AppoConfig,
+                  returns_normalizer: ReturnsNormalizer | None) -> tuple[Tensor, Tensor]:
+    """The critic's values and V(x_T) in return space (denormalized where returns are)."""
+    if not cfg.normalize_returns:
+        return values, bootstrap
+    if returns_normalizer is None:
+        raise ValueError("cfg.normalize_returns needs a returns_normalizer")
+    return returns_normalizer.denormalize(values), returns_normalizer.denormalize(bootstrap)
+
+
+def _rewards(step: dict[str, Tensor], values_ret: Tensor, dones: Tensor,
+             cfg: AppoConfig) -> Tensor:
+    """The rewards the targets add up: with `value_bootstrap`, time-limit cuts bootstrapped."""
+    if not cfg.value_bootstrap:
+        return step["rewards"]
+    if "time_outs" not in step:
+        raise ValueError("cfg.value_bootstrap needs the batch's time_outs")
+    return bootstrap_time_outs(step["rewards"], values_ret, dones, step["time_outs"], cfg.gamma)
+
+
+def _normalized_targets(targets: Tensor, valids: Tensor, cfg: AppoConfig,
+                        returns_normalizer: ReturnsNormalizer | None) -> Tensor:
+    """``targets`` in the critic's space; in training the returns statistics take the valid,
+    finite ones first."""
+    if not cfg.normalize_returns:
+        return targets
+    assert returns_normalizer is not None  # _return_space refused its absence
+    if returns_normalizer.training:
+        seen = targets[valids]
+        seen = seen[torch.isfinite(seen)]
+        if seen.numel():
+            returns_normalizer.update(seen)
+    return returns_normalizer.normalize(targets)
 
 
 def bootstrap_time_outs(rewards: Tensor, values: Tensor, dones: Tensor, time_outs: Tensor,

@@ -84,7 +84,8 @@ class AppoConfig:
     gae_lambda: float = 0.95
     """GAE lambda, used only when V-trace is off."""
     with_vtrace: bool = True
-    """V-trace targets and advantages; off: GAE on the current model's values."""
+    """V-trace targets and advantages (per minibatch, from the current model); off: GAE, once per
+    batch from the behaviour-time values (PPO's and Sample Factory's way)."""
     with_ppo_clipping: bool = True
     """PPO clipped surrogate; off: a plain importance-weighted policy gradient."""
     normalize_returns: bool = True

@@ -2,8 +2,9 @@
 
 The learner's math, top to bottom: the batch enters the training device
 (:meth:`TrainingState.to_device`, the one copy in), the observation statistics take the batch
-and the observations are normalized, then per minibatch the V-trace + PPO loss and one Adam step
-(skipped where the loss or the gradient is not finite; in a distributed group the gradients are
+and the observations are normalized, GAE's targets are computed once for the batch (V-trace's
+follow each minibatch), then per minibatch the V-trace + PPO loss and one Adam step (skipped
+where the loss or the gradient is not finite; in a distributed group the gradients are
 averaged first), then the counters move on. The learner actor calls it on its training thread.
 """
 
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from components.algo import appo_loss
+from components.algo import appo_loss, gae_targets
 from components.algo.lr_schedule import LrSchedule
 from components.envs import EnvSpec
 from components.learning.distributed import Peers
@@ -85,6 +86,9 @@ class AppoUpdate:
                 "time_outs": batch["time_outs"],
                 "policy_versions": batch["versions"], "valids": valids,
                 "learner_version": t.version}
+        if not cfg.with_vtrace:  # GAE once per batch, from the behaviour-time values
+            data["targets"], data["advantages"] = gae_targets(t.policy.model, data, cfg,
+                                                              t.returns_normalizer)
         figures: list[dict[str, float]] = []
         norms: list[float] = []
         skipped = 0

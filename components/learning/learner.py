@@ -222,7 +222,7 @@ class Learner(Actor):
         self.batches = BatchCopy(
             [TrajectoryBuffer(self.context, w, data_path.layout) for w in data_path.workers],
             p.rollout, p.state_size, pin=self.training.device.type == "cuda",
-            every_state=0 < p.appo.recurrence < p.rollout)
+            every_state=0 < p.appo.recurrence < p.rollout or not p.appo.with_vtrace)
         self._slot_stages = LearnerSlots(self.context, data_path.workers, self.log)
         self.weights = PolicyWeights(self.context, p.policy)
         if self.context.run_dir is not None:

@@ -115,12 +115,13 @@ def test_the_loss_trains_on_bootstrapped_targets_when_asked(with_vtrace: bool) -
         "actions": torch.randn(2, steps, 2),
         "log_probs": torch.randn(2, steps) - 2.0,
         "action_params": torch.zeros(2, steps, 4),
-        "values": torch.zeros(2, steps),
+        "values": torch.randn(2, steps),  # behaviour-time values: GAE's
         "rewards": torch.tensor(REWARDS),
         "dones": torch.tensor(DONES, dtype=torch.uint8),
         "time_outs": torch.tensor(TIME_OUTS, dtype=torch.uint8),
     }
-    # The reference, from the model's own values as the loss computes them.
+    # The reference: V-trace from the model's own values as the loss computes them, GAE from
+    # the behaviour-time values; both bootstrap from the model's V(x_T).
     with torch.no_grad():
         dist, values_all = model.forward_sequence(
             batch["obs"], batch["rnn_states"], torch.tensor([[*d, 0] for d in DONES]))
@@ -136,6 +137,8 @@ def test_the_loss_trains_on_bootstrapped_targets_when_asked(with_vtrace: bool) -
     def mean(rows: list[list[float]]) -> float:
         return math.fsum(x for row in rows for x in row) / sum(len(row) for row in rows)
 
+    if not with_vtrace:
+        values = batch["values"].tolist()
     for value_bootstrap in (True, False):
         rewards = (reference_rewards(REWARDS, values, DONES, TIME_OUTS, GAMMA)
                    if value_bootstrap else REWARDS)
