@@ -108,9 +108,9 @@ FAMILIES = {
             "each rollout process) and decorrelates its envs at start (random steps, not counted "
             "as frames, but in its wall time); Sample Factory's Atari default `lr_schedule="
             "linear_decay` is replaced by the constant rate of sfbus's Atari topology; its "
-            "Atari default `async_rl=False` by async, as sfbus runs. sfbus shuffles the "
-            "minibatches (its default); the Sample Factory run shown kept its Atari default, "
-            "buffer order (it ran before the harness passed `--shuffle_minibatches`). The "
+            "Atari default `async_rl=False` by async, as sfbus runs; both shuffle the "
+            "minibatches (sfbus's default; Sample Factory's Atari default is buffer order) and "
+            "initialize orthogonally with gain 1 (Sample Factory's default). The "
             "curves' time axis starts at launch for Sample Factory and at sfbus's stats actor's "
             "start (a few seconds after launch) for sfbus; the wall-time column is launch to "
             "exit for both.")),
@@ -122,10 +122,10 @@ FAMILIES = {
             "clips actions to the Box on their way to the env, Sample Factory sends them "
             "unclipped (MuJoCo clamps the controls; the control cost sees the raw action). "
             "Both decay the learning rate linearly to 0 over the frames of the run (Sample "
-            "Factory's MuJoCo default; `--set appo.lr_schedule=linear_decay` for sfbus). Sample "
-            "Factory's `kl_loss_coeff=0.1` is replaced by no KL loss, which sfbus lacks; its "
-            "`async_rl=False` by async, as sfbus runs; its `policy_initialization=torch_default` "
-            "is kept. The curves' time axis starts at launch for Sample Factory and at sfbus's "
+            "Factory's MuJoCo default; `--set appo.lr_schedule=linear_decay` for sfbus); both "
+            "have its KL penalty of 0.1 and PyTorch's default initialization. Its "
+            "`async_rl=False` is replaced by async, as sfbus runs. The curves' time axis starts "
+            "at launch for Sample Factory and at sfbus's "
             "stats actor's start for sfbus; the wall-time column is launch to exit for both."),
         sets=("appo.lr_schedule=linear_decay",)),
 }
@@ -142,8 +142,7 @@ def topology_settings(family: Family) -> tuple[DataPathParams, AppoConfig, int]:
 
 
 def sf_flags(family: Family, env: str, frames: int, seed: int, train_dir: Path) -> list[str]:
-    """Sample Factory's flags for the recipe the topology sets (on the CPU; no KL loss: sfbus has
-    none)."""
+    """Sample Factory's flags for the recipe the topology sets (on the CPU)."""
     data, appo, workers = topology_settings(family)
     minibatch = data.batch_size // appo.num_batches_per_epoch
     # Sample Factory 2.1.1's --lr_schedule refuses linear_decay (not among its choices), which
@@ -163,7 +162,8 @@ def sf_flags(family: Family, env: str, frames: int, seed: int, train_dir: Path) 
             f"--exploration_loss={appo.exploration_loss}",
             f"--exploration_loss_coeff={appo.entropy_coeff}",
             f"--recurrence={appo.recurrence or data.rollout}",
-            f"--value_loss_coeff={appo.value_loss_coeff}", "--kl_loss_coeff=0.0",
+            f"--value_loss_coeff={appo.value_loss_coeff}",
+            f"--kl_loss_coeff={appo.kl_loss_coeff}",
             f"--normalize_returns={appo.normalize_returns}",
             f"--value_bootstrap={appo.value_bootstrap}",
             *model_flags(data.model), "--serial_mode=False", "--with_wandb=False",
@@ -186,7 +186,13 @@ def model_flags(model: ModelConfig) -> list[str]:
     core = ["--use_rnn=False"] if model.core == "none" else [
         "--use_rnn=True", f"--rnn_type={model.core}", f"--rnn_size={model.core_size}",
         f"--rnn_num_layers={model.rnn_num_layers}"]
-    return [*encoder[model.encoder], *core, f"--nonlinearity={model.nonlinearity}",
+    init = [f"--policy_initialization={model.policy_initialization}"]
+    if model.policy_init_gain is not None:
+        init.append(f"--policy_init_gain={model.policy_init_gain}")
+    elif model.policy_initialization != "torch_default":
+        raise SystemExit("sfbus's own init gains (model.policy_init_gain unset) have no Sample "
+                         "Factory counterpart: set model.policy_init_gain")
+    return [*encoder[model.encoder], *core, *init, f"--nonlinearity={model.nonlinearity}",
             f"--normalize_input={model.normalize_input}",
             f"--adaptive_stddev={model.adaptive_stddev}",
             f"--initial_stddev={model.initial_stddev}",

@@ -36,6 +36,17 @@ def test_sf_flags_carry_the_breakout_topology_recipe() -> None:
     assert _flag(flags, "use_rnn") == "False"
     assert _flag(flags, "seed") == "7"
     assert _flag(flags, "train_for_env_steps") == "300000"
+    assert _flag(flags, "policy_initialization") == "orthogonal"
+    assert float(_flag(flags, "policy_init_gain")) == settings["model"]["policy_init_gain"]
+
+
+def test_sf_flags_carry_the_halfcheetah_kl_penalty_and_initialization() -> None:
+    settings = yaml.safe_load((ROOT / "topologies/mujoco_halfcheetah.yaml").read_text())
+    flags = learning_vs_sf.sf_flags(learning_vs_sf.FAMILIES["mujoco_halfcheetah"],
+                                    "mujoco_halfcheetah", 100_000, 0, Path("/tmp/x"))
+    assert float(_flag(flags, "kl_loss_coeff")) == settings["settings"]["appo"]["kl_loss_coeff"]
+    assert _flag(flags, "policy_initialization") == "torch_default"
+    assert not any(f.startswith("--policy_init_gain=") for f in flags)
 
 
 def test_episode_means_prefer_the_whole_game_score() -> None:
