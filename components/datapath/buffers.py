@@ -101,8 +101,10 @@ def trajectory_layout(params: DataPathParams, workers: int) -> TrajectoryLayout:
     Async: one slot per agent being filled, plus enough spare slots for
     ``num_batches_to_accumulate`` batches spread over the workers; when they run out, collection
     pauses (the back-pressure). With a population that is per policy, since each policy's batcher
-    fills its own batches. Sync: exactly the slots one batch takes from this worker, released
-    only after training, so collection stops while the learner trains (one policy only).
+    fills its own batches. With 0 spare batches an agent's next trajectory waits for the learner
+    to copy its last, so a batch must fit in the trajectories of all agents at once. Sync: exactly
+    the slots one batch takes from this worker, released only after training, so collection stops
+    while the learner trains (one policy only).
     """
     spec = env_spec(params.env, **params.env_kwargs)
     agents = params.num_envs * spec.num_agents
@@ -117,6 +119,11 @@ def trajectory_layout(params: DataPathParams, workers: int) -> TrajectoryLayout:
                 f"contributes the same number of trajectories)")
         slots = per_batch // workers
     else:
+        if params.num_batches_to_accumulate == 0 and per_batch > workers * agents:
+            raise ValueError(
+                f"num_batches_to_accumulate 0 keeps one trajectory per agent, but a batch of "
+                f"{params.batch_size} samples takes {per_batch} trajectories and the run has "
+                f"{workers * agents} agents: lower batch_size or raise num_batches_to_accumulate")
         slots = agents + math.ceil(
             params.num_policies * params.num_batches_to_accumulate * per_batch / workers)
     rows_per_split = agents // params.num_splits

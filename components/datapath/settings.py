@@ -28,7 +28,10 @@ class DataPathParams:
     mode: Literal["async", "sync"] = "async"
     """``async`` keeps collecting while the learner trains; ``sync`` pauses collection."""
     num_batches_to_accumulate: int = 2
-    """Async mode: batches that may wait for the learner before collection pauses."""
+    """Async mode: batches that may wait for the learner before collection pauses. 0: none,
+    an agent starts its next trajectory once the learner has copied its last (one slot per
+    agent; one policy only): where the learner is the bottleneck, waiting batches only age the
+    data, and this gives the least policy lag."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The actor-critic network."""
     rollout_actor: str = "rollout"
@@ -43,10 +46,16 @@ class DataPathParams:
     :mod:`components.sampling.batched_layout`)."""
 
     def __post_init__(self) -> None:
-        for name in ("rollout", "num_envs", "num_splits", "batch_size", "num_policies",
-                     "num_batches_to_accumulate"):
+        for name in ("rollout", "num_envs", "num_splits", "batch_size", "num_policies"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_batches_to_accumulate < 0:
+            raise ValueError(f"num_batches_to_accumulate must be >= 0, got "
+                             f"{self.num_batches_to_accumulate}")
+        if self.num_batches_to_accumulate == 0 and self.num_policies > 1:
+            # a policy's batch could wait forever for slots that hold the others' trajectories
+            raise ValueError(f"num_batches_to_accumulate 0 trains one policy, but num_policies "
+                             f"is {self.num_policies}; give each policy's batches room (>= 1)")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
         if self.num_envs % self.num_splits:

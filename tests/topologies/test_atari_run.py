@@ -24,7 +24,7 @@ def sfbus(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 def test_short_breakout_run_steps_real_games_and_trains(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     done = sfbus("run", str(BREAKOUT), "--run-dir", str(run_dir), "--max-frames", "8000",
-                 "--max-seconds", "240", "--set", "num_envs=4", "--set", "batch_size=256",
+                 "--max-seconds", "240", "--set", "num_envs=2", "--set", "batch_size=256",
                  timeout=270)
     assert done.returncode == 0, done.stderr[-3000:]
     assert " raised " not in done.stderr, done.stderr[-3000:]

@@ -51,3 +51,16 @@ def test_short_doom_run_trains_and_checkpoints(tmp_path: Path) -> None:
     assert last["episodes"] > 0
     checkpoints = sorted((run_dir / "checkpoints" / "policy_0").glob("checkpoint_*.pt"))
     assert checkpoints, "no checkpoint written"
+
+
+@pytest.mark.timeout(300)
+def test_no_waiting_batch_trains_on_data_at_most_one_version_old(tmp_path: Path) -> None:
+    """num_batches_to_accumulate 0: one slot per agent, so a batch holds trajectories started
+    after the learner copied the one before, and collection pauses rather than deadlocks."""
+    run_dir = tmp_path / "run"
+    _run("cartpole.yaml", run_dir, "--max-frames", "40000", "--set", "batch_size=256",
+         "--set", "num_batches_to_accumulate=0", "--set", "report_every_s=0.5")
+    trained = [r["policies"]["0"] for r in _progress(run_dir)
+               if "lag" in r["policies"].get("0", {})]
+    assert trained and trained[-1]["version"] >= 20
+    assert max(r["lag"] for r in trained) <= 1.0
