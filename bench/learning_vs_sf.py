@@ -124,8 +124,10 @@ FAMILIES = {
             "unclipped (MuJoCo clamps the controls; the control cost sees the raw action). "
             "Both decay the learning rate linearly to 0 over the frames of the run (Sample "
             "Factory's MuJoCo default; `--set appo.lr_schedule=linear_decay` for sfbus); both "
-            "have its KL penalty of 0.1 and PyTorch's default initialization. Its "
-            "`async_rl=False` is replaced by async, as sfbus runs. The curves' time axis starts "
+            "have its KL penalty of 0.1 and PyTorch's default initialization, and both collect "
+            "synchronously (its `async_rl=False`, sfbus's `mode: sync`), 2 workers x 8 envs. "
+            "The minibatches are 256 samples on both sides (Sample Factory's MuJoCo default is "
+            "1024). The curves' time axis starts "
             "at launch for Sample Factory and at sfbus's "
             "stats actor's start for sfbus; the wall-time column is launch to exit for both."),
         sets=("appo.lr_schedule=linear_decay",)),

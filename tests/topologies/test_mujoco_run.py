@@ -21,7 +21,7 @@ def test_short_halfcheetah_run_with_the_adaptive_head_and_squashed_actions(
     run_dir = tmp_path / "run"
     done = subprocess.run(
         [sys.executable, "-m", "sfbus", "run", str(HALFCHEETAH), "--run-dir", str(run_dir),
-         "--max-frames", "4000", "--max-seconds", "150", "--set", "num_envs=4",
+         "--max-frames", "4000", "--max-seconds", "150", "--set", "num_envs=2",
          "--set", "batch_size=256", "--set", "env_kwargs.max_episode_steps=100",
          "--set", "model.adaptive_stddev=true", "--set", "model.action_bounds=squash"],
         capture_output=True, text=True, timeout=180)
