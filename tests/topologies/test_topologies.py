@@ -40,9 +40,11 @@ def test_topology_is_valid_on_any_core_count(path: Path, cores: int,
 @pytest.mark.timeout(180)  # above the run's own 120 s limit
 @pytest.mark.parametrize("path", TOPOLOGIES, ids=lambda p: p.stem)
 def test_topology_runs_briefly(path: Path, tmp_path: Path) -> None:
-    overrides = SMALL if "num_envs" in load_topology(path).settings else []
-    if path.stem.endswith("_sync"):
-        overrides = ["--set", "num_envs=4", "--set", "batch_size=256"]
+    settings = load_topology(path).settings
+    overrides = SMALL if "num_envs" in settings else []
+    if settings.get("mode") == "sync":  # a batch: one trajectory of each env of its 2 workers
+        overrides = ["--set", "num_envs=2",
+                     "--set", f"batch_size={2 * 2 * settings.get('rollout', 32)}"]
     done = subprocess.run(
         [sys.executable, "-m", "sfbus", "run", str(path), "--run-dir", str(tmp_path / "run"),
          "--max-seconds", "12", *overrides],
