@@ -56,11 +56,8 @@ def appo_loss(
 
     Per-step fields may also be given with `T + 1` steps (the buffers' shape); the last is ignored.
     """
-    obs = batch["obs"]
-    num_steps = next(iter(obs.values())).shape[1] - 1
-    step = {key: batch[key][:, :num_steps] for key in PER_STEP_KEYS if key in batch}
+    obs, num_steps, step, dones = _steps(batch)
     rnn_state = batch["rnn_states"]
-    dones = step["dones"].float()
     valids, policy_lag = _valid_steps(step, batch, cfg)
 
     # forward pass over T + 1 steps; the extra step gives the bootstrap value V(x_T)
@@ -167,10 +164,7 @@ def gae_targets(
     them as the batch's `targets` and `advantages`. Recomputed from the current critic at every
     minibatch instead, later epochs would normalize what is left of the advantages once the
     critic has fitted these very returns. The returns statistics take the batch once."""
-    obs = batch["obs"]
-    num_steps = next(iter(obs.values())).shape[1] - 1
-    step = {key: batch[key][:, :num_steps] for key in PER_STEP_KEYS if key in batch}
-    dones = step["dones"].float()
+    obs, num_steps, step, dones = _steps(batch)
     valids, _ = _valid_steps(step, batch, cfg)
     rnn_state = batch["rnn_states"]
     if rnn_state.dim() == 3:  # the state entering T is 0 after an episode's end at T - 1
@@ -194,6 +188,14 @@ def _gae_targets(step: dict[str, Tensor], bootstrap: Tensor, dones: Tensor, vali
     targets, advantages = gae(values_ret, bootstrap_ret, _rewards(step, values_ret, dones, cfg),
                               dones, cfg.gamma, cfg.gae_lambda)
     return _normalized_targets(targets, valids, cfg, returns_normalizer), advantages
+
+
+def _steps(batch: dict) -> tuple[dict[str, Tensor], int, dict[str, Tensor], Tensor]:
+    """The batch's obs, its `T`, its per-step fields cut to `T` steps, and float dones."""
+    obs = batch["obs"]
+    num_steps = next(iter(obs.values())).shape[1] - 1
+    step = {key: batch[key][:, :num_steps] for key in PER_STEP_KEYS if key in batch}
+    return obs, num_steps, step, step["dones"].float()
 
 
 def _valid_steps(step: dict[str, Tensor], batch: dict, cfg: AppoConfig,
