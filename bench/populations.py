@@ -18,8 +18,9 @@ default rollout workers (one per core) and 16 envs each, but for the first two, 
    self-play training, ``topologies/selfplay_duel.yaml``; 8. ``doom_basic.yaml`` with an evaluator
    (``components.evaluation.evaluator``, its default 10 episodes) every 10 s, beside case 3;
 9. Sample Factory 2.1.1's own duel self-play (``doom_duel``, its PBT) in its venv
-   (:mod:`bench.sample_factory`), configured as ``selfplay_duel.yaml``: 4 policies, one rollout
-   worker with 2 matches, rollout 32, batch 512, reward scale 0.5, one-minute matches.
+   (:mod:`bench.sample_factory`), configured as ``selfplay_duel.yaml``: 4 policies, its rollout
+   workers, matches per worker and splits (:func:`selfplay_layout`), rollout 32, batch 512,
+   reward scale 0.5, one-minute matches.
 
 Rates and CPU shares are measured as in :mod:`bench.throughput` (its ``Window``).
 """
@@ -35,6 +36,8 @@ from pathlib import Path
 from bench import sample_factory, throughput
 from bench import throughput_topologies as tt
 from bench.report import write_section
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SECTION = "## Populations and batched sampling"
 PBT8_ENVS = "num_envs=32"  # pbt8.yaml's: the population and its one-policy baseline alike
@@ -65,9 +68,10 @@ REPORTING_SETS = [f"{k}={v}" for k, v in tt.REPORTING.items()]
 def run(key: str, warmup: float, seconds: float) -> tt.Window:
     """One case in fresh processes."""
     _, topology, sets = CASES[key]
-    if key == "sf_selfplay":  # selfplay_duel.yaml's one rollout worker of 2 matches
-        return sample_factory.run_training(seconds, warmup, topology, workers=1, envs=2,
-                                           extra_flags=tuple(sets))
+    if key == "sf_selfplay":
+        workers, envs, splits = selfplay_layout()
+        return sample_factory.run_training(seconds, warmup, topology, workers=workers, envs=envs,
+                                           extra_flags=(*sets, f"--worker_num_splits={splits}"))
     if key.startswith("sim_"):
         envs = AGENTS_PER_CORE // (2 if key == "sim_duel" else 1)
         return throughput.pure_simulation(topology, os.cpu_count() or 1, envs, warmup, seconds,
@@ -77,6 +81,18 @@ def run(key: str, warmup: float, seconds: float) -> tt.Window:
     args = [topology, *(a for s in [*common, *sets] for a in ("--set", s))]
     with tempfile.TemporaryDirectory(prefix="sfbus-bench-") as tmp:
         return tt.run_sfbus(args, warmup, seconds, Path(tmp))
+
+
+def selfplay_layout() -> tuple[int, int, int]:
+    """``selfplay_duel.yaml``'s rollout workers, matches per worker and splits, which Sample
+    Factory's duel case gets too."""
+    from sfbus.validation import read_topology
+
+    for process in read_topology(str(ROOT / CASES["selfplay"][1])).processes:
+        for actor in process.actors:
+            if actor.name == "rollout":
+                return process.replicas, actor.params.num_envs, actor.params.num_splits
+    raise SystemExit("selfplay_duel.yaml has no rollout actor")
 
 
 # The comparisons the issues ask for: (case, its baseline, what the ratio means).
