@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import learning, sample_factory
+from bench import throughput_topologies as tt
 from bench.report import machine as machine_line
 from bench.report import write_section
 from components.algo.ppo import AppoConfig
@@ -136,10 +137,7 @@ FAMILIES = {
 
 def topology_settings(family: Family) -> tuple[DataPathParams, AppoConfig, int]:
     """The rollout workers' and the learner's resolved params, and the rollout workers."""
-    from sfbus.validation import read_topology
-
-    actors = {a.name: (process, a) for process in read_topology(
-        str(ROOT / family.topology), family.sets).processes for a in process.actors}
+    actors = tt.resolved_actors(family.topology, family.sets)
     process, rollout = actors["rollout"]
     return rollout.params, actors["learner"][1].params.appo, process.replicas
 

@@ -37,8 +37,6 @@ from bench import sample_factory, throughput
 from bench import throughput_topologies as tt
 from bench.report import write_section
 
-ROOT = Path(__file__).resolve().parents[1]
-
 SECTION = "## Populations and batched sampling"
 PBT8_ENVS = "num_envs=32"  # pbt8.yaml's: the population and its one-policy baseline alike
 SINGLE_ON_PBT8 = [PBT8_ENVS, "env=doom_defend_the_center", "batch_size=2048", "reward_scale=0.1",
@@ -86,13 +84,8 @@ def run(key: str, warmup: float, seconds: float) -> tt.Window:
 def selfplay_layout() -> tuple[int, int, int]:
     """``selfplay_duel.yaml``'s rollout workers, matches per worker and splits, which Sample
     Factory's duel case gets too."""
-    from sfbus.validation import read_topology
-
-    for process in read_topology(str(ROOT / CASES["selfplay"][1])).processes:
-        for actor in process.actors:
-            if actor.name == "rollout":
-                return process.replicas, actor.params.num_envs, actor.params.num_splits
-    raise SystemExit("selfplay_duel.yaml has no rollout actor")
+    process, rollout = tt.resolved_actors(CASES["selfplay"][1])["rollout"]
+    return process.replicas, rollout.params.num_envs, rollout.params.num_splits
 
 
 # The comparisons the issues ask for: (case, its baseline, what the ratio means).

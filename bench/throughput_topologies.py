@@ -38,6 +38,16 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 # ----- topologies ---------------------------------------------------------------------------
 
+def resolved_actors(topology: str, sets: tuple[str, ...] = ()) -> dict[str, tuple[Any, Any]]:
+    """A topology file's actors by name, each with its process, as ``sfbus run`` resolves them
+    (``topology`` relative to the repository; ``sets`` its ``--set`` overrides)."""
+    from sfbus.validation import read_topology
+
+    return {actor.name: (process, actor)
+            for process in read_topology(str(ROOT / topology), sets).processes
+            for actor in process.actors}
+
+
 def affinity(workers: int) -> list[int]:
     """One core per rollout worker, wrapping around the machine's cores as sfbus does."""
     return [i % (os.cpu_count() or 1) for i in range(workers)]
