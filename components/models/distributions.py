@@ -12,6 +12,7 @@ and no gradient reaches the raw logit it replaced. The masked logits are the dis
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -44,10 +45,10 @@ class ActionDistribution:
                 logits = mask_logits(logits, action_mask)
             self.is_categorical = True
             self.logits = logits
-            self.log_probs = [
-                torch.log_softmax(head.float(), dim=-1)
-                for head in logits.split(list(action_heads), dim=-1)
-            ]
+            self.head_log_probs = torch.log_softmax(_by_head(logits.float(), action_heads), -1)
+            """Every head's log-probabilities in one tensor ``[..., heads, max choices]``, a
+            shorter head's tail padded with probability 0: one op per step for all heads
+            instead of one per head (7 heads for Doom's full action space)."""
         elif mean is not None and log_std is not None:
             self.is_categorical = False
             self.mean = mean.float()
@@ -87,23 +88,26 @@ class ActionDistribution:
         mean, log_std = params.chunk(2, dim=-1)
         return ActionDistribution(mean=mean, log_std=log_std)
 
+    @property
+    def log_probs(self) -> list[Tensor]:
+        """Each categorical head's log-probabilities ``[..., its choices]`` (views)."""
+        assert self.action_heads is not None
+        return [self.head_log_probs[..., head, :choices]
+                for head, choices in enumerate(self.action_heads)]
+
     def log_prob(self, actions: Tensor) -> Tensor:
         """log pi(a): `[..., heads]` or `[..., dim]` actions -> `[...]` (summed)."""
         if self.is_categorical:
-            actions = actions.long()
-            per_head = [
-                lp.gather(-1, actions[..., i : i + 1]).squeeze(-1)
-                for i, lp in enumerate(self.log_probs)
-            ]
-            return torch.stack(per_head, dim=-1).sum(-1)
+            chosen = self.head_log_probs.gather(-1, actions.long().unsqueeze(-1))
+            return chosen.squeeze(-1).sum(-1)
         z = (actions.float() - self.mean) * torch.exp(-self.log_std)
         return (-0.5 * z.pow(2) - self.log_std - _LOG_SQRT_2PI).sum(-1)
 
     def entropy(self) -> Tensor:
         """H(pi) `[...]`, summed over heads / dimensions."""
         if self.is_categorical:
-            per_head = [-(lp.exp() * lp).sum(-1) for lp in self.log_probs]
-            return torch.stack(per_head, dim=-1).sum(-1)
+            lp = self.head_log_probs
+            return -(lp.exp() * lp).sum((-2, -1))
         return (self.log_std + 0.5 + _LOG_SQRT_2PI).sum(-1)
 
     def symmetric_kl_with_uniform(self) -> Tensor:
@@ -124,12 +128,9 @@ class ActionDistribution:
         """A random action (no gradient): int64 `[..., heads]` or float `[..., dim]`, drawn from
         ``generator`` (default: torch's global one)."""
         if self.is_categorical:
-            heads = []
-            for lp in self.log_probs:
-                flat = lp.exp().reshape(-1, lp.shape[-1])
-                heads.append(torch.multinomial(flat, 1, generator=generator)
-                             .reshape(lp.shape[:-1]))
-            return torch.stack(heads, dim=-1)
+            lp = self.head_log_probs
+            flat = lp.exp().reshape(-1, lp.shape[-1])
+            return torch.multinomial(flat, 1, generator=generator).reshape(lp.shape[:-1])
         noise = torch.randn(self.mean.shape, generator=generator, dtype=self.mean.dtype,
                             device=self.mean.device)
         return self.mean + noise * torch.exp(self.log_std)
@@ -137,17 +138,14 @@ class ActionDistribution:
     def mode(self) -> Tensor:
         """The most likely action (argmax per head, or the mean) for deterministic play."""
         if self.is_categorical:
-            return torch.stack([lp.argmax(-1) for lp in self.log_probs], dim=-1)
+            return self.head_log_probs.argmax(-1)
         return self.mean
 
     def kl(self, other: ActionDistribution) -> Tensor:
         """KL(self || other) `[...]`, summed over heads / dimensions."""
         if self.is_categorical:
-            per_head = [
-                (lp.exp() * (lp - lq)).sum(-1)
-                for lp, lq in zip(self.log_probs, other.log_probs, strict=True)
-            ]
-            return torch.stack(per_head, dim=-1).sum(-1)
+            lp, lq = self.head_log_probs, other.head_log_probs
+            return (lp.exp() * (lp - lq)).sum((-2, -1))
         var_ratio = torch.exp(2 * (self.log_std - other.log_std))
         t = ((self.mean - other.mean) * torch.exp(-other.log_std)).pow(2)
         return (0.5 * (var_ratio + t - 1) - (self.log_std - other.log_std)).sum(-1)
@@ -210,6 +208,35 @@ class HybridDistribution(ActionDistribution):
         if not isinstance(other, HybridDistribution):
             raise TypeError("the KL of a hybrid distribution needs another hybrid one")
         return self.categorical.kl(other.categorical) + self.gaussian.kl(other.gaussian)
+
+
+_PADDED_LOGIT = 2 * MASKED_LOGIT
+"""A padding entry's logit: below a masked action's, so that even a head whose every action
+is masked gives its padding probability 0."""
+
+
+@functools.cache
+def _padding_index(action_heads: tuple[int, ...], device: torch.device) -> Tensor:
+    """Where each entry of ``[heads, max choices]`` reads from the logits followed by one
+    padding column (index ``sum(action_heads)``)."""
+    width, pad = max(action_heads), sum(action_heads)
+    index, start = [], 0
+    for choices in action_heads:
+        index += [*range(start, start + choices), *[pad] * (width - choices)]
+        start += choices
+    with torch.inference_mode(False):  # first built in an inference step, later saved for backward
+        return torch.tensor(index, device=device)
+
+
+def _by_head(logits: Tensor, action_heads: tuple[int, ...]) -> Tensor:
+    """``logits [..., sum(heads)]`` as ``[..., heads, max choices]``, shorter heads padded."""
+    width = max(action_heads)
+    if all(choices == width for choices in action_heads):
+        return logits.unflatten(-1, (len(action_heads), width))
+    padding = logits.new_full((*logits.shape[:-1], 1), _PADDED_LOGIT)
+    index = _padding_index(tuple(action_heads), logits.device)
+    return torch.cat([logits, padding], -1).index_select(-1, index).unflatten(
+        -1, (len(action_heads), width))
 
 
 def mask_logits(logits: Tensor, action_mask: Tensor) -> Tensor:

@@ -152,6 +152,49 @@ def test_multi_head_log_prob_and_entropy_are_sums_over_heads():
     torch.testing.assert_close(dist.kl(other), kl)
 
 
+def test_heads_of_different_sizes_sample_their_own_probabilities_in_one_draw():
+    """All heads are drawn at once from a padded table: no head may ever draw a padding index,
+    each head's frequencies follow its own softmax, the mode is each head's argmax, and the
+    gradient reaches the logits exactly as through per-head log-softmaxes."""
+    torch.manual_seed(1)
+    logits = torch.randn(sum(HEADS)) * 2
+    draws = ActionDistribution(logits=logits.expand(20000, -1), action_heads=HEADS).sample(
+        torch.Generator().manual_seed(0))
+    dist = ActionDistribution(logits=logits, action_heads=HEADS)
+    for head, (choices, head_logits) in enumerate(zip(HEADS, logits.split(list(HEADS)),
+                                                  strict=True)):
+        assert int(draws[:, head].max()) < choices
+        counts = torch.bincount(draws[:, head], minlength=choices).float() / len(draws)
+        torch.testing.assert_close(counts, head_logits.softmax(-1), atol=0.015, rtol=0)
+        assert int(dist.mode()[head]) == int(head_logits.argmax())
+    # a head whose every action is masked still draws one of its own actions, never padding
+    mask = torch.ones(sum(HEADS))
+    mask[:3] = 0
+    masked = ActionDistribution(logits=logits.expand(500, -1), action_heads=HEADS,
+                                action_mask=mask.expand(500, -1))
+    assert int(masked.sample().max(0).values[0]) < HEADS[0]
+    leaf = logits.clone().requires_grad_()
+    actions = draws[:8]
+    ActionDistribution(logits=leaf.expand(8, -1), action_heads=HEADS).log_prob(
+        actions).sum().backward()
+    reference = logits.clone().requires_grad_()
+    sum(Categorical(logits=h.expand(8, -1)).log_prob(actions[:, i]).sum()
+        for i, h in enumerate(reference.split(list(HEADS)))).backward()
+    torch.testing.assert_close(leaf.grad, reference.grad)
+
+
+def test_heads_first_drawn_in_inference_mode_still_train():
+    """The padding layout is built once per head sizes; built inside an inference step (as in a
+    process that acts, then trains), it must still be usable by autograd afterwards."""
+    heads = (4, 1, 6)  # sizes no other test uses, so the layout is first built here
+    with torch.inference_mode():
+        ActionDistribution(logits=torch.randn(2, sum(heads)), action_heads=heads).sample()
+    logits = torch.randn(2, sum(heads), requires_grad=True)
+    dist = ActionDistribution(logits=logits, action_heads=heads)
+    dist.log_prob(dist.sample()).sum().backward()
+    assert logits.grad is not None and bool(logits.grad.abs().sum() > 0)
+
+
 def test_gaussian_log_prob_entropy_match_torch():
     mean, log_std = torch.randn(4, 3), torch.randn(3)
     dist = ActionDistribution(mean=mean, log_std=log_std)
