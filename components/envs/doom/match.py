@@ -10,7 +10,8 @@ blocks in ``init()`` until the others joined, so all start together.
 Wire format, per pipe: the env sends float64 arrays ``[command, *args]`` (a step's args: tics,
 last, buttons); a player answers one byte string: float64 ``[finished, timeout_reached, *game
 variables]`` then the uint8 observation ``(3, H, W)`` (only after a step's last advance and while
-the episode runs: a finished episode has no screen). No pickling on the per-step path.
+the episode runs: a finished episode has no screen). Within a step only the two flags are
+current (the variables are read only when the env uses them). No pickling on the per-step path.
 
 Each player process leads its own session (``setsid``) so that killing its group takes its engine
 with it, and a watchdog thread kills that group when the parent dies (a SIGKILLed rollout worker
@@ -23,13 +24,14 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import select
 import signal
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -40,9 +42,10 @@ RESET, STEP, CLOSE = 0.0, 1.0, 2.0
 """Commands a player understands (the first float of what the env sends)."""
 _HEADER = 2  # finished, timeout_reached
 # A game advanced by several tics while its peers wait for the env deadlocks (vizdoom 1.3.2: 3 or
-# 4 tics at once always hang), so every tic is one synchronised advance of all players, as in
-# Sample Factory.
-_TICS_PER_SYNC = 1
+# 4 tics at once always hang, and so do players that each loop over a step's tics on their own),
+# so every tic is one synchronised advance of all players, as in Sample Factory. Two tics per
+# sync do not hang but cost more than they save: the engines busy-poll their UDP socket while
+# they wait for each other (one duel, random actions: 5.7k env frames/s against 6.5k).
 # Hosted deathmatch flags as in doom.py's bot deathmatch (instant forced respawn, no autoaim or
 # crouch, spawn far apart; +viz_nocheat 0 lets the host send "addbot"), for k networked players.
 _MATCH_ARGS = ("-deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1"
@@ -111,10 +114,15 @@ class Match:
                 theirs.close()
                 self._conns.append(ours)
                 self._procs.append(proc)
-            for i in self._await(start_timeout_s, "start"):
-                pid = int(np.frombuffer(self._recv(i), np.float64)[0])
-                self.engine_pids.append(pid)
-                self._instance_ids.append(_instance_id(pid))
+            self._players_by_fd = {conn.fileno(): i for i, conn in enumerate(self._conns)}
+            self._poll = select.poll()
+            for fd in self._players_by_fd:
+                self._poll.register(fd, select.POLLIN)
+            pids: dict[int, int] = {}
+            for i in self._answers(start_timeout_s, "start"):
+                pids[i] = int(np.frombuffer(self._recv(i), np.float64)[0])
+                self._instance_ids.append(_instance_id(pids[i]))
+            self.engine_pids = [pids[i] for i in range(len(setups))]
         except BaseException:
             self.close()
             raise
@@ -123,37 +131,41 @@ class Match:
              ) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """Advance every game ``frameskip`` tics with these buttons held; the replies of
         ``receive`` (observations only at the end; earlier if an episode finished)."""
-        done = 0
-        while True:
-            tics = min(_TICS_PER_SYNC, frameskip - done)
-            done += tics
-            self.send(STEP, [np.concatenate(([tics, done == frameskip], b)) for b in buttons])
+        # One tic per sync (see above); every sync but the last sends the same bytes.
+        within, last = ([np.concatenate(([STEP, 1, final], b)).tobytes() for b in buttons]
+                        for final in (False, True))
+        for tic in range(1, frameskip + 1):
+            self._send_bytes(last if tic == frameskip else within)
             replies = self.receive()
-            if done == frameskip or any(header[0] for header, _ in replies):
+            if tic == frameskip or any(header[0] for header, _ in replies):
                 return replies
+        raise ValueError(f"frameskip must be >= 1, not {frameskip}")
 
     def send(self, command: float, args: list[np.ndarray] | None = None) -> None:
         """Send ``command`` to every player (``args[i]``: player i's arguments)."""
+        self._send_bytes([np.concatenate(([command], [] if args is None else args[i])).tobytes()
+                          for i in range(len(self._conns))])
+
+    def _send_bytes(self, messages: list[bytes]) -> None:
+        """``messages[i]`` to player i."""
         try:
-            for i, conn in enumerate(self._conns):
-                vec = np.zeros(1) if args is None else np.concatenate(([0.0], args[i]))
-                vec[0] = command
-                conn.send_bytes(vec.tobytes())
+            for conn, message in zip(self._conns, messages, strict=True):
+                conn.send_bytes(message)
         except OSError as e:
             raise MatchError(f"a player process is gone ({e})") from e
 
     def receive(self) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """Every player's (header float64 [finished, timeout, *vars], obs uint8 or None)."""
-        out = []
-        for i in self._await(self.step_timeout_s, "step"):
+        out: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        for i in self._answers(self.step_timeout_s, "step"):
             n = self._recv(i, self._reply[i])
             header = np.frombuffer(self._reply[i], np.float64, _HEADER + self.num_vars)
             obs = None
             if n > self._header:
                 obs = np.frombuffer(self._reply[i], np.uint8, offset=self._header)
                 obs = obs.reshape(self._obs_shape)
-            out.append((header, obs))
-        return out
+            out[i] = (header, obs)
+        return [out[i] for i in range(len(self._conns))]
 
     def _recv(self, i: int, into: bytearray | None = None) -> Any:
         """Player i's next message (``into``: written there, its length returned)."""
@@ -163,23 +175,29 @@ class Match:
         except (EOFError, OSError) as e:
             raise MatchError(f"player {i} died ({type(e).__name__})") from e
 
-    def _await(self, timeout: float, what: str) -> range:
-        """Every player's index, once each has something to read; raises on death or timeout."""
+    def _answers(self, timeout: float, what: str) -> Iterator[int]:
+        """Each player's index as soon as it has something to read, which the caller must read
+        before the next; raises on death or timeout."""
+        pending = set(self._players_by_fd)
         deadline = time.monotonic() + timeout
-        pending = set(range(len(self._conns)))
         while pending:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise MatchError(f"players {sorted(pending)} did not answer the {what} within "
+                players = sorted(self._players_by_fd[fd] for fd in pending)
+                raise MatchError(f"players {players} did not answer the {what} within "
                                  f"{timeout:g} s")
-            ready = wait([self._conns[i] for i in pending], min(left, 1.0))
-            for conn in ready:
-                pending.discard(self._conns.index(conn))
-            for i in range(len(self._procs)):  # one dead player blocks the others for good
-                if not self._procs[i].is_alive():
-                    raise MatchError(f"player {i} exited with code {self._procs[i].exitcode} "
-                                     f"during the {what}")
-        return range(len(self._conns))
+            # one poll object for the match's life: multiprocessing's wait() builds a selector
+            # per call, four times per env step
+            ready = self._poll.poll(min(left, 1.0) * 1000)
+            for fd, _ in ready:
+                if fd in pending:  # read by now, or it would be ready again at once
+                    pending.discard(fd)
+                    yield self._players_by_fd[fd]
+            if not ready:  # a second without answers: one dead player blocks the others
+                for i, proc in enumerate(self._procs):
+                    if not proc.is_alive():
+                        raise MatchError(f"player {i} exited with code {proc.exitcode} "
+                                         f"during the {what}")
 
     def abort(self) -> None:
         """Kill every player and engine now (any thread): a blocked step then fails at once."""
@@ -309,7 +327,10 @@ def _play(conn: Connection, s: PlayerSetup) -> None:
         finished = game.is_episode_finished()
         header[0] = finished
         header[1] = game.is_episode_timeout_reached()
-        state = None if finished or not screen else game.get_state()
+        if not (finished or screen):  # a sync inside a step: the env reads only the flags
+            conn.send_bytes(header.tobytes())
+            return
+        state = None if finished else game.get_state()
         if state is None:  # no screen at the end (or not asked for); the variables still read
             header[_HEADER:] = [game.get_game_variable(v) for v in variables]
             conn.send_bytes(header.tobytes())
