@@ -151,7 +151,8 @@ class Match:
                           for i in range(len(self._conns))])
 
     def _send_bytes(self, messages: list[bytes]) -> None:
-        """``messages[i]`` to player i."""
+        """``messages[i]`` to player i, the host first (the joiner first: self-play training
+        at ~1.65k env frames/s instead of ~2.3k, its engine then waiting on the host's)."""
         try:
             for conn, message in zip(self._conns, messages, strict=True):
                 conn.send_bytes(message)
