@@ -336,7 +336,7 @@ def _play(conn: Connection, s: PlayerSetup) -> None:
             conn.send_bytes(header.tobytes())
             return
         state = None if finished else game.get_state()
-        if state is None:  # no screen at the end (or not asked for); the variables still read
+        if state is None:  # no screen at an episode's end; the variables still read
             header[_HEADER:] = [game.get_game_variable(v) for v in variables]
             conn.send_bytes(header.tobytes())
             return
