@@ -165,7 +165,7 @@ class HybridDistribution(ActionDistribution):
         self.categorical = categorical
         self.gaussian = gaussian
         self.action_heads = categorical.action_heads
-        self.num_heads = len(categorical.log_probs)
+        self.num_heads = len(categorical.action_heads)
         # the parts' parameters under the names the single distributions use
         self.logits = categorical.logits
         self.mean = gaussian.mean

@@ -193,12 +193,13 @@ class Match:
                                  f"{timeout:g} s")
             # one poll object for the match's life: multiprocessing's wait() builds a selector
             # per call, four times per env step
-            ready = self._poll.poll(min(left, 1.0) * 1000)
-            for fd, _ in ready:
-                if fd in pending:  # read by now, or it would be ready again at once
-                    pending.discard(fd)
-                    yield self._players_by_fd[fd]
-            if not ready:  # a second without answers: one dead player blocks the others
+            answered = [fd for fd, _ in self._poll.poll(min(left, 1.0) * 1000) if fd in pending]
+            for fd in answered:  # each read by the caller before the next poll
+                pending.discard(fd)
+                yield self._players_by_fd[fd]
+            # Nothing new within a second, or only a pipe already read hung up (its player
+            # answered, then died): one dead player blocks the others for good.
+            if not answered:
                 for i, proc in enumerate(self._procs):
                     if not proc.is_alive():
                         raise MatchError(f"player {i} exited with code {proc.exitcode} "
