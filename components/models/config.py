@@ -104,9 +104,9 @@ class ModelConfig:
     `bfloat16` runs it under autocast (parameters and the optimizer stay float32), `float32`
     does not, `auto` picks bfloat16 for the conv encoder on CPUs with AMX / AVX-512 BF16 and
     on CUDA devices that support it (float32 for vector observations). The built-in GRU's
-    matrix products follow it in the learner on a CPU (its gates and state stay float32); the
-    heads always run in float32, so the log-probabilities in the PPO ratio keep full
-    precision."""
+    matrix products follow it on a CPU, in the learner and in the packed inference step alike
+    (its gates and state stay float32); the heads always run in float32, so the
+    log-probabilities in the PPO ratio keep full precision."""
 
     adaptive_stddev: bool = False
     """Continuous actions: the Gaussian's log-std is an output of the actor head (state

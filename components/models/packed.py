@@ -4,12 +4,13 @@ Inference workers run the policy on a few rows at a time (one or two rollout spl
 where eager PyTorch spends much of a pass outside the arithmetic: oneDNN reorders every weight
 into its blocked layout on every call, and the GRU's matmuls go through a plain GEMM.
 :class:`PackedStep` reorders the weights once per weights refresh (``pack``) and runs the same
-network, in the same precisions as the eager model, on the reordered operands: the conv stack
+network, in the precisions the learner trains it in, on the reordered operands: the conv stack
 and the FC layer in the encoder's compute dtype (bfloat16 as under autocast, or float32 where
-the CPU has no fast bfloat16), the GRU (matmuls, gates, state) and the heads in float32, so its
-outputs match the eager model's to rounding and learning does not change. On the default
-doom_basic model this is ~1.3x faster per pass at 8-16 rows in either dtype (``python -m
-bench.arithmetic``). It is inference only: the learner trains the eager model.
+the CPU has no fast bfloat16), the GRU's matrix products in its ``products_precision`` (bfloat16
+with the bias, as the learner's BPTT on this CPU computes them, else float32), its gates and
+state and the heads in float32. The behaviour policy's log-probabilities are then the learner's
+to rounding. On the default doom_basic model this is ~1.3x faster per pass at 8-16 rows in either
+dtype (``python -m bench.arithmetic``). It is inference only: the learner trains the eager model.
 """
 
 from __future__ import annotations
@@ -121,8 +122,12 @@ class PackedStep:
         self.gru: tuple[_PackedLinear, _PackedLinear] | None = None
         if model.core.rnn is not None:
             rnn = model.core.rnn
-            self.gru = (_PackedLinear(rnn.weight_ih_l0, rnn.bias_ih_l0, torch.float32),
-                        _PackedLinear(rnn.weight_hh_l0, rnn.bias_hh_l0, torch.float32))
+            # half the bytes to read in bfloat16: a pass of one or two rows (self-play) is
+            # bound by reading the FC's and the GRU's weights
+            products = (torch.bfloat16 if precision.uses_bf16(model.core.products_precision, _CPU)
+                        else torch.float32)
+            self.gru = (_PackedLinear(rnn.weight_ih_l0, rnn.bias_ih_l0, products),
+                        _PackedLinear(rnn.weight_hh_l0, rnn.bias_hh_l0, products))
 
     def pack(self) -> None:
         """Reorder every weight again from the model's current (float32) parameters."""
@@ -161,6 +166,7 @@ class PackedStep:
             return branch(vector.float())
 
     def _gru_step(self, x: Tensor, h: Tensor) -> Tensor:
-        """``nn.GRU``'s cell on the packed products, all float32."""
+        """``nn.GRU``'s cell on the packed products (as ``Core.sequence`` computes them), the
+        gates and state in float32."""
         assert self.gru is not None
-        return gru_cell(self.gru[0](x), self.gru[1](h), h)
+        return gru_cell(self.gru[0](x).float(), self.gru[1](h).float(), h)
