@@ -6,7 +6,9 @@ batch (32 trajectories x 32 steps of 3x72x128 frames, the default conv + GRU 512
 normalizing the observations, forward pass and loss, backward pass, clipping and Adam; and one
 inference step (normalization included) at 8, 16 and 32 rows, eager and on packed weights.
 Each configuration is timed alternately, so machine noise hits them alike, and reported as the
-median of ``--repeats`` runs.
+median of ``--repeats`` runs. ``--duel`` adds the self-play duel's packed step (the ``full``
+model over frames and measurements) at 1, 2 and 8 rows, 4 policies taken in turn as a rollout
+process of ``topologies/selfplay_duel.yaml`` serves them, so their weights do not stay in cache.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from bench import throughput
 from bench.report import write_section
 from components.algo import AppoConfig, ObsNormalizer, ReturnsNormalizer, appo_loss
 from components.datapath.settings import DataPathParams
+from components.envs import env_spec
 from components.learning.heap import keep_freed_memory
 from components.models import ActorCritic, ModelConfig
 from components.models.policy import build_policy
@@ -100,6 +103,30 @@ def inference_pass(kind: str, rows: int) -> Callable[[], None]:
     return run
 
 
+def duel_passes(rows: tuple[int, ...], policies: int = 4) -> dict[str, Callable[[], None]]:
+    """Packed ``Policy.step`` calls on the duel's model, one per row count in ``rows``; every
+    call, whatever its rows, takes the next of ``policies`` policies (a self-play rollout
+    process serves several policies one or two rows at a time)."""
+    params = DataPathParams(env="doom_duel", model=ModelConfig(architecture="full"))
+    served = []
+    for seed in range(policies):
+        torch.manual_seed(seed)
+        served.append(build_policy(params).prepare_for_inference())
+    turn = itertools.cycle(served)
+    fields = env_spec("doom_duel").observation_space.items()
+
+    def run_for(n: int) -> Callable[[], None]:
+        obs = {key: torch.randint(0, 256, (n, *f.shape), dtype=torch.uint8)
+               if f.dtype == "uint8" else torch.randn(n, *f.shape) for key, f in fields}
+        state = torch.zeros(n, served[0].model.state_size)
+
+        def run() -> None:
+            with torch.inference_mode():
+                next(turn).step(obs, state)
+        return run
+    return {str(n): run_for(n) for n in rows}
+
+
 def median_times(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, object]:
     """Call every run ``repeats`` times, interleaved; the median of each (per phase if a list)."""
     samples: dict[str, list[object]] = {name: [] for name in runs}
@@ -126,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.arithmetic", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per configuration")
+    parser.add_argument("--duel", action="store_true",
+                        help="also time the self-play duel's packed step, 4 policies in turn")
     parser.add_argument("--write-docs", action="store_true", help="rewrite the docs section")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -150,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(f"| {n} rows | " + " | ".join(
             f"{times[f'{k}/{n}'] * 1e3:.2f} ms ({n / times[f'{k}/{n}']:,.0f} rows/s)"  # type: ignore
             for k in INFERENCE) + " |")
+    if args.duel:
+        duel_rows = (1, 2, 8)
+        duel = median_times(duel_passes(duel_rows), args.repeats * 100)
+        rows += ["", "| duel step (packed, 4 policies in turn) | time |", "| --- | ---: |"]
+        rows += [f"| {n} rows | {duel[str(n)] * 1e6:.0f} us |" for n in duel_rows]  # type: ignore
     text = "\n".join(rows)
     print(text)
     if args.write_docs:
@@ -161,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                  "bfloat16 in the learner and the packed step, its gates and state and the "
                  "heads in float32 (the eager inference step keeps a float32 GRU). An "
                  "inference step includes normalizing the uint8 frames; a `packed` kind is "
-                 "what the inference worker runs (`components/models/packed.py`: the same "
+                 "what the inference worker runs (`components/models/packed.py`: the learner's "
                  "precisions on weights reordered once for oneDNN; `bfloat16, packed` with the "
                  "default `auto` on a CPU with fast bfloat16, `float32, packed` elsewhere), "
                  "`bfloat16` the eager model with the encoder's weights kept in bfloat16.")
