@@ -265,6 +265,17 @@ def _make_atari_env(*args: Any, **kwargs: Any) -> Any:
     return make_atari_env(*args, **kwargs)
 
 
+def _check_numpy() -> None:
+    """Refuse numpy 2, which Sample Factory 2.1.1 caps itself below: with it every rollout
+    worker dies at its first action (``set_trajectory_data``: "setting an array element with a
+    sequence") while the runner goes on reporting no frames until the bench's time limit."""
+    import numpy
+
+    if int(numpy.__version__.split(".")[0]) >= 2:
+        raise SystemExit(f"Sample Factory 2.1.1 needs numpy<2 (its own requirement); "
+                         f"{sys.executable} has numpy {numpy.__version__}")
+
+
 def _train_inside(flags: list[str], progress: _ProgressLog) -> int:
     """``train_vizdoom``'s ``run_rl``, reporting the learner's env frames as they grow."""
     from sample_factory.algo.utils.misc import LEARNER_ENV_STEPS, ExperimentStatus
@@ -340,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("flags", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.inside:
+        _check_numpy()
         # Ctrl-C must reach Sample Factory's handlers even when a shell that started us in the
         # background handed SIGINT down ignored (Python then installs no handler of its own).
         signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -200,6 +200,7 @@ def run_case(key: str, args: argparse.Namespace) -> tt.Window:
             sets = tt.training_overrides(args.env, args.workers, args.envs)
             if args.gpu:
                 sets += ["--set", "device=cuda"]
+            sets += [arg for s in args.set for arg in ("--set", s)]
             return tt.run_sfbus([training(args), *sets], args.warmup, args.seconds, Path(tmp))
         if args.gpu:
             raise SystemExit("the sampler cases run the CPU layout; with --gpu use "
@@ -316,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run: 3 s warm-up, 4 s window")
     parser.add_argument("--gpu", action="store_true", help="train on the GPU layout "
                         f"({tt.TRAINING_GPU}, device cuda) and Sample Factory with --device=gpu")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an extra override of the sfbus training case (repeatable), e.g. "
+                        "processes.inference.replicas=2")
     parser.add_argument("--write-docs", action="store_true", help="rewrite docs/BENCHMARKS.md")
     args = parser.parse_args(argv)
     args.seconds = args.seconds or (4.0 if args.quick else 30.0)
@@ -334,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_docs:
         command = "python -m bench.throughput " + " ".join(argv if argv is not None
                                                            else sys.argv[1:])
-        sets = " ".join(tt.training_overrides(args.env, args.workers, args.envs))
+        sets = " ".join([*tt.training_overrides(args.env, args.workers, args.envs),
+                         *(arg for s in args.set for arg in ("--set", s))])
         about = (ABOUT_GPU if args.gpu else ABOUT) % dict(
             workers=args.workers, envs=args.envs, seconds=args.seconds, warmup=args.warmup,
             training=training(args), sets=sets)

@@ -1,0 +1,96 @@
+#!/bin/bash
+# The GPU issue's checks in one call on a lent GPU machine (Python 3.12 with CUDA PyTorch, no
+# package index), results under $OUT.
+#
+#   bench/gpu_session.sh wheels   here, once: the wheels that machine lacks, into .whl/ (ignored)
+#   bench/gpu_session.sh run      there, in the repository root, with .whl carried
+#
+# Knobs for a partial rerun: CASES (bench.throughput's, default train,sf_train,sim), WORKERS
+# (default 16), VARIANTS (space-separated KEY=VALUE, each a training case of its own; default
+# processes.inference.replicas=2), SKIP_LEARNING=1, GPU= (the CPU layout, to try it on a CPU).
+#
+# sfbus's wheels go to /tmp/site, Sample Factory's to /tmp/sfsite, which comes first on its own
+# path only: it needs gymnasium 0.29 and numpy<2 (it caps both itself; numpy 2 kills its rollout
+# workers at the first action), sfbus gymnasium 1.x and the machine's numpy 2.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_session}
+mkdir -p "$OUT"
+
+download() {  # download DIR SPEC...: CPython 3.12 manylinux wheels, no dependencies
+    local dir=$1; shift
+    for spec in "$@"; do
+        python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+            --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+            --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64 \
+            --platform manylinux1_x86_64 -d "$dir" "$spec" || exit 1
+    done
+}
+
+if [ "${1:-}" = wheels ]; then
+    grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+    download .whl pyzmq==27.3.0 msgspec==0.22.0 vizdoom==1.3.2 gymnasium==1.4.0 \
+        farama-notifications==0.0.6 cloudpickle==3.1.2 pytest-asyncio==1.5.0 py-spy==0.4.3
+    download .whl/sf sample-factory==2.1.1 signal-slot-mp==1.0.5 faster-fifo==1.5.2 \
+        gymnasium==0.29.1 tensorboardx==2.6.5 colorlog==6.12.0 numpy==1.26.4
+    # The call carries 64 MiB at most: drop the WADs no benchmarked scenario opens (doom_basic
+    # runs on freedoom2; freedm and dwango5 are Sample Factory's deathmatch maps).
+    zip -q -d .whl/vizdoom-*.whl vizdoom/freedoom1.wad
+    zip -q -d .whl/sf/sample_factory-*.whl 'sf_examples/vizdoom/doom/scenarios/freedm.wad' \
+        'sf_examples/vizdoom/doom/scenarios/dwango5.wad'
+    du -sh .whl
+    exit 0
+fi
+[ "${1:-}" = run ] || { echo "usage: $0 wheels|run" >&2; exit 2; }
+
+pip_target() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$@" || exit 1; }
+pip_target /tmp/site .whl/*.whl
+pip_target /tmp/sfsite .whl/sf/*.whl
+export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+printf '#!/bin/sh\nPYTHONPATH=/tmp/sfsite:/tmp/site exec python3 "$@"\n' > /tmp/sfpython
+chmod +x /tmp/sfpython
+export SFBUS_BENCH_SF_PYTHON=/tmp/sfpython
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  lscpu | grep -E '^(Model name|CPU\(s\))'; python3 -c 'import torch; print(torch.__version__)'
+} | tee "$OUT/machine.txt"
+
+echo "== CUDA tests"
+timeout 240 python3 -m pytest -q -rs -p no:cacheprovider tests/components/test_devices.py \
+    tests/components/test_inference.py tests/components/test_learner.py \
+    tests/components/test_training_state.py tests/components/test_enjoy.py > "$OUT/tests.txt" 2>&1
+tail -n 12 "$OUT/tests.txt"
+
+profile() {  # py-spy on the training case's inference and learner processes, 8 s each
+    local inference learner
+    for _ in $(seq 180); do
+        inference=$(pgrep -f 'sfbus.child .* inference' | head -1)
+        [ -n "$inference" ] && break
+        sleep 1
+    done
+    sleep 25
+    learner=$(pgrep -f 'sfbus.child .* learner' | head -1)
+    py-spy record --nonblocking -r 100 -d 8 -f raw -o "$OUT/inference.txt" -p "$inference" \
+        > /dev/null 2>&1 &
+    py-spy record --nonblocking -r 100 -d 8 -f raw -o "$OUT/learner.txt" -p "$learner" \
+        > /dev/null 2>&1 &
+    wait
+}
+
+echo "== throughput"
+profile &
+timeout 420 python3 -m bench.throughput ${GPU---gpu} --cases "${CASES:-train,sf_train,sim}" \
+    --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1 | tee "$OUT/throughput.txt"
+wait
+for variant in ${VARIANTS-processes.inference.replicas=2}; do
+    echo "== training with $variant"
+    timeout 200 python3 -m bench.throughput ${GPU---gpu} --cases train --set "$variant" \
+        --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1 | tee -a "$OUT/variants.txt"
+done
+
+if [ -z "${SKIP_LEARNING:-}" ]; then
+    echo "== learning"
+    timeout 150 python3 -m bench.learning --frames 1000000 \
+        --config gpu_seed0@topologies/doom_basic_gpu.yaml=seed=0 2>&1 | tee "$OUT/learning.txt"
+fi
