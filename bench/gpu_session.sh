@@ -59,22 +59,25 @@ export SFBUS_BENCH_SF_PYTHON=/tmp/sfpython
 echo "== CUDA tests"
 timeout 240 python3 -m pytest -q -rs -p no:cacheprovider tests/components/test_devices.py \
     tests/components/test_inference.py tests/components/test_learner.py \
-    tests/components/test_training_state.py tests/components/test_enjoy.py > "$OUT/tests.txt" 2>&1
+    tests/components/test_training_state.py > "$OUT/tests.txt" 2>&1
 tail -n 12 "$OUT/tests.txt"
 
+child() {  # the pid of the run's child process named $1 (not of a shell that names it)
+    pgrep -f "^[^ ]*python[0-9.]* -m sfbus.child [^ ]* $1( |\$)" | head -1
+}
+
 profile() {  # py-spy on the training case's inference and learner processes, 8 s each
-    local inference learner
+    local inference=""
     for _ in $(seq 180); do
-        inference=$(pgrep -f 'sfbus.child .* inference' | head -1)
+        inference=$(child inference)
         [ -n "$inference" ] && break
         sleep 1
     done
     sleep 25
-    learner=$(pgrep -f 'sfbus.child .* learner' | head -1)
-    py-spy record --nonblocking -r 100 -d 8 -f raw -o "$OUT/inference.txt" -p "$inference" \
-        > /dev/null 2>&1 &
-    py-spy record --nonblocking -r 100 -d 8 -f raw -o "$OUT/learner.txt" -p "$learner" \
-        > /dev/null 2>&1 &
+    for name in inference learner; do
+        py-spy record --nonblocking -r 200 -d 8 -f raw -o "$OUT/$name.txt" -p "$(child $name)" \
+            > "$OUT/py-spy-$name.log" 2>&1 &
+    done
     wait
 }
 
