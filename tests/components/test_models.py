@@ -155,11 +155,15 @@ def test_multi_head_log_prob_and_entropy_are_sums_over_heads():
 def test_heads_of_different_sizes_sample_their_own_probabilities_in_one_draw():
     """All heads are drawn at once from a padded table: no head may ever draw a padding index,
     each head's frequencies follow its own softmax, the mode is each head's argmax, and the
-    gradient reaches the logits exactly as through per-head log-softmaxes."""
+    gradient reaches the logits exactly as through per-head log-softmaxes; the draws are
+    torch.multinomial's from the same generator."""
     torch.manual_seed(1)
     logits = torch.randn(sum(HEADS)) * 2
-    draws = ActionDistribution(logits=logits.expand(20000, -1), action_heads=HEADS).sample(
-        torch.Generator().manual_seed(0))
+    batch = ActionDistribution(logits=logits.expand(20000, -1), action_heads=HEADS)
+    draws = batch.sample(torch.Generator().manual_seed(0))
+    table = batch.head_log_probs.exp().reshape(-1, max(HEADS))
+    assert torch.equal(draws, torch.multinomial(
+        table, 1, generator=torch.Generator().manual_seed(0)).reshape(draws.shape))
     dist = ActionDistribution(logits=logits, action_heads=HEADS)
     for head, (choices, head_logits) in enumerate(zip(HEADS, logits.split(list(HEADS)),
                                                   strict=True)):
