@@ -38,6 +38,14 @@ def test_topology_is_valid_on_any_core_count(path: Path, cores: int,
         assert {p.name: p.replicas for p in topology.processes}["rollout"] == cores
 
 
+def test_the_gpu_default_differs_from_the_cpu_default_in_layout_only() -> None:
+    # `make run` trains doom_basic_gpu.yaml where there is a GPU: the same scenario, sizes and
+    # per-frame recipe as doom_basic.yaml, which its layout cannot extend.
+    folder = TOPOLOGIES[0].parent
+    assert (load_topology(folder / "doom_basic_gpu.yaml").settings
+            == load_topology(folder / "doom_basic.yaml").settings)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)  # above the run's own 120 s limit
 @pytest.mark.parametrize("path", TOPOLOGIES, ids=lambda p: p.stem)
