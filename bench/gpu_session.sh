@@ -6,8 +6,9 @@
 #   bench/gpu_session.sh run      there, in the repository root, with .whl carried
 #
 # Knobs for a partial rerun: CASES (bench.throughput's, default train,sf_train,sim), WORKERS
-# (default 16), VARIANTS (space-separated KEY=VALUE, each a training case of its own; default
-# processes.inference.replicas=2), SKIP_LEARNING=1, GPU= (the CPU layout, to try it on a CPU).
+# (default 16), VARIANTS (space-separated KEY=VALUE, each a training case of its own, e.g.
+# processes.inference.replicas=2; default none), SKIP_LEARNING=1, GPU= (the CPU layout, to try it
+# on a CPU).
 #
 # sfbus's wheels go to /tmp/site, Sample Factory's to /tmp/sfsite, which comes first on its own
 # path only: it needs gymnasium 0.29 and numpy<2 (it caps both itself; numpy 2 kills its rollout
@@ -43,8 +44,10 @@ if [ "${1:-}" = wheels ]; then
 fi
 [ "${1:-}" = run ] || { echo "usage: $0 wheels|run" >&2; exit 2; }
 
-pip_target() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$@" || exit 1; }
+pip_target() {
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$@" || exit 1
+}
 pip_target /tmp/site .whl/*.whl
 pip_target /tmp/sfsite .whl/sf/*.whl
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
@@ -66,30 +69,34 @@ child() {  # the pid of the run's child process named $1 (not of a shell that na
     pgrep -f "^[^ ]*python[0-9.]* -m sfbus.child [^ ]* $1( |\$)" | head -1
 }
 
-profile() {  # py-spy on the training case's inference and learner processes, 8 s each
-    local inference=""
-    for _ in $(seq 180); do
-        inference=$(child inference)
-        [ -n "$inference" ] && break
+profile() {  # py-spy on the training case's inference and learner processes, 8 s each,
+    local bench=$1 inference=""  # once they run, unless the benchmark (pid $1) ends first
+    while [ -z "$inference" ]; do
+        kill -0 "$bench" 2>/dev/null || return
         sleep 1
+        inference=$(child inference)
     done
     sleep 25
+    local spies=()
     for name in inference learner; do
         py-spy record --nonblocking -r 200 -d 8 -f raw -o "$OUT/$name.txt" -p "$(child $name)" \
             > "$OUT/py-spy-$name.log" 2>&1 &
+        spies+=($!)
     done
-    wait
+    wait "${spies[@]}"
 }
 
 echo "== throughput"
-profile &
-timeout 420 python3 -m bench.throughput ${GPU---gpu} --cases "${CASES:-train,sf_train,sim}" \
-    --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1 | tee "$OUT/throughput.txt"
-wait
-for variant in ${VARIANTS-processes.inference.replicas=2}; do
+(timeout 420 python3 -m bench.throughput ${GPU---gpu} --cases "${CASES:-train,sf_train,sim}" \
+    --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1 | tee "$OUT/throughput.txt") &
+bench=$!
+profile $bench
+wait $bench
+for variant in ${VARIANTS:-}; do
     echo "== training with $variant"
     timeout 200 python3 -m bench.throughput ${GPU---gpu} --cases train --set "$variant" \
-        --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1 | tee -a "$OUT/variants.txt"
+        --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1 \
+        | tee -a "$OUT/variants.txt"
 done
 
 if [ -z "${SKIP_LEARNING:-}" ]; then
