@@ -199,10 +199,9 @@ def run_case(key: str, args: argparse.Namespace) -> tt.Window:
                    envs=args.envs, device="gpu" if args.gpu else "cpu")
     with tempfile.TemporaryDirectory(prefix="sfbus-bench-") as tmp:
         if key == "train":
-            sets = tt.training_overrides(args.env, args.workers, args.envs)
+            sets = training_sets(args)
             if args.gpu:
                 sets += ["--set", "device=cuda"]
-            sets += [arg for s in args.set for arg in ("--set", s)]
             return tt.run_sfbus([training(args), *sets], args.warmup, args.seconds, Path(tmp))
         if args.gpu:
             raise SystemExit("the sampler cases run the CPU layout; with --gpu use "
@@ -210,6 +209,11 @@ def run_case(key: str, args: argparse.Namespace) -> tt.Window:
         topology = tt.sampler_topology(args.env, args.workers, args.envs, key == "random")
         return tt.run_sfbus([str(Path(tmp, "bench.yaml"))], args.warmup, args.seconds,
                             Path(tmp), topology)
+
+
+def training_sets(args: argparse.Namespace) -> list[str]:
+    """``--set`` arguments of the training case: this bench's sizes, then the user's own."""
+    return tt.training_overrides(args.env, args.workers, args.envs, args.set)
 
 
 def training(args: argparse.Namespace) -> str:
@@ -345,8 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_docs:
         command = "python -m bench.throughput " + " ".join(argv if argv is not None
                                                            else sys.argv[1:])
-        sets = " ".join([*tt.training_overrides(args.env, args.workers, args.envs),
-                         *(arg for s in args.set for arg in ("--set", s))])
+        sets = " ".join(training_sets(args))
         about = (ABOUT_GPU if args.gpu else ABOUT) % dict(
             workers=args.workers, envs=args.envs, seconds=args.seconds, warmup=args.warmup,
             training=training(args), sets=sets)

@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,12 +90,15 @@ def sampler_topology(env: str, workers: int, envs: int, random_actions: bool) ->
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def training_overrides(env: str, workers: int, envs: int) -> list[str]:
-    """``--set`` arguments that give the training topology this bench's sizes."""
+def training_overrides(env: str, workers: int, envs: int,
+                       extra: Sequence[str] = ()) -> list[str]:
+    """``--set`` arguments that give the training topology this bench's sizes, then ``extra``
+    (``KEY=VALUE`` each, which win)."""
     cores = ",".join(map(str, affinity(workers)))
     sets = [f"env={env}", f"num_envs={envs}", f"processes.rollout.replicas={workers}",
             f"processes.rollout.cpu_affinity=[{cores}]"]
     sets += [f"{k}={v}" for k, v in REPORTING.items()]
+    sets += extra
     return [arg for s in sets for arg in ("--set", s)]
 
 
