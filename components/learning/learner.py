@@ -105,8 +105,13 @@ class Learner(Actor):
         save_milestones_s: float = 0.0
         """Seconds between milestone checkpoints (``milestones/``, all kept); 0: none."""
         torch_threads: int = 1
-        """Intra-op threads of torch in this process (1: the learner owns a core;
-        ``appo_local_inference.yaml`` gives it 2, sharing the rollout processes' cores)."""
+        """Intra-op threads of torch in this process (1: the learner owns a core)."""
+        sequence_threads: int = 1
+        """Threads the forward and backward pass over a batch split its trajectories over, each
+        running its ops on ``torch_threads`` threads (CPU; on a GPU the pass runs whole).
+        ``appo_local_inference.yaml`` gives it 2 with one torch thread each, sharing the rollout
+        processes' cores: a share whose core is taken stalls only itself, where one op on two
+        threads waits for both (:mod:`components.models.threaded_sequence`)."""
         max_bad_updates: int = 5
         """Non-finite updates in a row after which the last good state is put back."""
         good_state_every: int = 20
@@ -125,6 +130,9 @@ class Learner(Actor):
         def __post_init__(self) -> None:
             super().__post_init__()
             check_device(self.device)
+            for name in ("torch_threads", "sequence_threads"):
+                if getattr(self, name) < 1:
+                    raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
             # Minibatches are whole trajectories: with fewer than one each, some would be empty
             # and every training step would fail at run time.
             if self.appo.recurrence and self.rollout % self.appo.recurrence:
@@ -196,6 +204,8 @@ class Learner(Actor):
         keep_freed_memory()
         self.spec = env_spec(p.env, **p.env_kwargs)
         self.training = TrainingState(build_policy(p), p.appo, p.seed, device)
+        if self.training.device.type == "cpu":
+            self.training.policy.model.sequence_threads = p.sequence_threads
         run_dir = None if self.context is None else self.context.run_dir
         self.population = PopulationMember(p.policy, self.training, self.config_fingerprint(),
                                            run_dir, self.log, self.name)

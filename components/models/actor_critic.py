@@ -18,6 +18,7 @@ from components.models.encoders import EncoderRunner, ObsEncoder, mlp
 from components.models.gaussian_head import GaussianHead
 from components.models.parts import build_core, build_encoder
 from components.models.registry import model_state_size
+from components.models.threaded_sequence import sequence_in_threads
 
 CoreStep = Callable[[nn.Module, Tensor, Tensor], tuple[Tensor, Tensor]]
 """Runs one step of a core: ``(core, x [B, in], state [B, S]) -> (out, new_state)``."""
@@ -49,6 +50,10 @@ class StepOutput:
 class ActorCritic(nn.Module):
     """Encoder -> core -> heads: by default the paper's model (supplement A.1.3, Figure A.1),
     else the encoder and core the config names (docs/MODELS.md)."""
+
+    sequence_threads: int = 1
+    """Threads :meth:`forward_sequence` splits the trajectories over, forward and backward
+    (:mod:`components.models.threaded_sequence`); the learner sets it on a CPU."""
 
     def __init__(
         self,
@@ -217,6 +222,14 @@ class ActorCritic(nn.Module):
         `1 - dones[:, t]` (the last column is never used); an `action_mask` in `obs` masks each
         step's actions. Returns the distribution over
         `[B, T]` and values `[B, T]`."""
+        actor_in, critic_in = sequence_in_threads(self._sequence_trunk, self.sequence_threads,
+                                                  obs, rnn_state, dones)
+        values = self.critic(critic_in).squeeze(-1).float()
+        return self.distribution(actor_in, obs.get(ACTION_MASK_KEY)), values
+
+    def _sequence_trunk(self, obs: dict[str, Tensor], rnn_state: Tensor,
+                        dones: Tensor) -> tuple[Tensor, Tensor]:
+        """Encoder, core and decoder over `[B, T, ...]`: the heads' inputs (actor's, critic's)."""
         batch, steps = dones.shape[:2]
         flat = {key: value.reshape(batch * steps, *value.shape[2:]) for key, value in obs.items()}
         features = self.encoder(flat).reshape(batch, steps, -1)
@@ -228,9 +241,7 @@ class ActorCritic(nn.Module):
             critic_features = self.critic_encoder(flat).reshape(batch, steps, -1)
             critic_core_out = self.critic_core.sequence(critic_features, rnn_state[:, half:],
                                                         dones)
-        actor_in, critic_in = self.head_inputs(core_out, critic_core_out)
-        values = self.critic(critic_in).squeeze(-1).float()
-        return self.distribution(actor_in, obs.get(ACTION_MASK_KEY)), values
+        return self.head_inputs(core_out, critic_core_out)
 
     def encoders(self) -> list[EncoderRunner]:
         """The encoder, and the critic's own with separate weights."""
