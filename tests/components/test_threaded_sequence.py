@@ -56,11 +56,18 @@ def test_threads_compute_what_the_whole_batch_computes(core: str, shared: bool,
     expected, expected_grads = outputs_and_grads(whole, spec)
     got, grads = outputs_and_grads(split, spec)
     for a, b in zip(got, expected, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        assert_close_to_scale(a, b)
     assert grads.keys() == expected_grads.keys()
     for name, grad in expected_grads.items():
         assert grad is not None and grad.abs().sum() > 0, name
-        torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+        assert_close_to_scale(grads[name], grad, name)
+
+
+def assert_close_to_scale(got: torch.Tensor, expected: torch.Tensor, name: str = "") -> None:
+    """Equal within 1e-5 of the tensor's largest value: sums over other shares of the batch
+    round differently, so an element that cancels to near zero has no relative precision."""
+    error, scale = (got - expected).abs().max().item(), expected.abs().max().item()
+    assert error <= 1e-5 * scale + 1e-8, f"{name}: {error:.3g} off at scale {scale:.3g}"
 
 
 def test_each_share_runs_on_its_own_thread_both_ways() -> None:
