@@ -7,8 +7,8 @@
 #
 # Knobs for a partial rerun: CASES (bench.throughput's, default train,sf_train,sim), WORKERS
 # (default 16), VARIANTS (space-separated KEY=VALUE, each a training case of its own, e.g.
-# processes.inference.replicas=2; default none), SKIP_LEARNING=1, GPU= (the CPU layout, to try it
-# on a CPU).
+# processes.inference.replicas=2; default: the inference worker's steps replayed from CUDA
+# graphs, "none" for none), SKIP_LEARNING=1, GPU= (the CPU layout, to try it on a CPU).
 #
 # sfbus's wheels go to /tmp/site, Sample Factory's to /tmp/sfsite, which comes first on its own
 # path only: it needs gymnasium 0.29 and numpy<2 (it caps both itself; numpy 2 kills its rollout
@@ -61,9 +61,14 @@ export SFBUS_BENCH_SF_PYTHON=/tmp/sfpython
 
 echo "== CUDA tests"
 timeout 240 python3 -m pytest -q -rs -p no:cacheprovider tests/components/test_devices.py \
-    tests/components/test_inference.py tests/components/test_learner.py \
-    tests/components/test_training_state.py > "$OUT/tests.txt" 2>&1
+    tests/components/test_graphed_step.py tests/components/test_inference.py \
+    tests/components/test_learner.py tests/components/test_training_state.py \
+    > "$OUT/tests.txt" 2>&1
 tail -n 12 "$OUT/tests.txt"
+
+echo "== inference passes, eager and from CUDA graphs"
+timeout 90 python3 -m bench.gpu_inference --repeats 20 --rows 8,32,128,512 2>&1 \
+    | tee "$OUT/inference.txt"
 
 child() {  # the pid of the run's child process named $1 (not of a shell that names it)
     pgrep -f "^[^ ]*python[0-9.]* -m sfbus.child [^ ]* $1( |\$)" | head -1
@@ -92,7 +97,9 @@ echo "== throughput"
 bench=$!
 profile $bench
 wait $bench
-for variant in ${VARIANTS:-}; do
+variants=${VARIANTS:-processes.inference.actors.inference.params.cuda_graphs=true}
+[ "$variants" = none ] && variants=""
+for variant in $variants; do
     echo "== training with $variant"
     timeout 200 python3 -m bench.throughput ${GPU---gpu} --cases train --set "$variant" \
         --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1 \

@@ -133,16 +133,31 @@ class RunningMeanStd(nn.Module):
         axis moved last (per-pixel image statistics as ``[H, W, C]``); recomputed only when the
         statistics changed: an inference worker normalizes every batch with statistics that
         change once per weights refresh (any in-place write, ``copy_`` included, bumps a
-        tensor's version)."""
+        tensor's version). A refresh on the same device writes into the tensors of the last one,
+        so a CUDA graph that captured them reads the new factors (:meth:`refresh_affine`)."""
         key = (self.mean.data_ptr(), self.mean._version, self.var.data_ptr(), self.var._version)
         if key != self._affine_key:
             std = torch.sqrt(self.var + self.eps)
             scale, offset = (self.scale / std).float(), (-self.mean / std).float()
             last = (scale.movedim(0, -1).contiguous(), offset.movedim(0, -1).contiguous()) \
                 if scale.dim() == 3 else (scale, offset)
-            self._affine_cache = (scale, offset, *last)
+            fresh = (scale, offset, *last)
+            cache = self._affine_cache
+            # (tensors made in inference mode can only be written in it)
+            if cache and cache[0].device == scale.device and (
+                    torch.is_inference_mode_enabled() or not cache[0].is_inference()):
+                for cached, value in zip(cache, fresh, strict=True):
+                    cached.copy_(value)
+            else:
+                self._affine_cache = fresh
             self._affine_key = key
         return self._affine_cache
+
+    def refresh_affine(self) -> None:
+        """Bring the image factors up to date with the statistics now, instead of at the next
+        :meth:`normalize` (which a replayed CUDA graph does not run); no-op for other inputs."""
+        if self._affine_cache:
+            self._affine()
 
     def denormalize(self, x: Tensor) -> Tensor:
         """(x * sqrt(var + eps) + mean) / scale, the inverse of `normalize` (without the clip)."""
@@ -200,6 +215,12 @@ class ObsNormalizer(nn.Module):
                 fixed.mean.fill_(subtract_mean / scale)
                 stats[key] = fixed
         self.stats = nn.ModuleDict(stats)
+
+    def refresh_affine(self) -> None:
+        """Every image key's factors brought up to date with its statistics now
+        (:meth:`RunningMeanStd.refresh_affine`)."""
+        for stats in self.stats.values():
+            stats.refresh_affine()
 
     def forward(self, obs: dict[str, Tensor]) -> dict[str, Tensor]:
         """A new dict with every entry normalized (stats updated first in training mode)."""

@@ -12,6 +12,7 @@ from components.envs import EnvSpec, env_spec
 from components.envs.action_bounds import ActionMap
 from components.envs.spec import ACTION_MASK_KEY
 from components.models import ActorCritic, StepOutput
+from components.models.graphed_step import GraphedStep
 from components.models.packed import PackedStep, packable
 
 _CPU = torch.device("cpu")
@@ -42,13 +43,17 @@ class Policy(nn.Module):
         """Set by :meth:`prepare_for_inference` where the model can run on packed weights."""
         self.device = _CPU
         """Where :meth:`prepare_for_inference` put the policy."""
+        self.graphed: GraphedStep | None = None
+        """Set by :meth:`prepare_for_inference` with ``cuda_graphs`` on a GPU."""
 
-    def prepare_for_inference(self, packed: bool = True,
-                              device: torch.device = _CPU) -> Policy:
+    def prepare_for_inference(self, packed: bool = True, device: torch.device = _CPU,
+                              cuda_graphs: bool = False) -> Policy:
         """Eval mode, no gradients, on ``device``, with the fastest step it offers: on a CPU,
         weights reordered for oneDNN where the model allows it and ``packed`` is on
         (:mod:`components.models.packed`), else (and on a GPU) the encoder's weights kept in its
-        compute dtype. New weights then come in through :meth:`read_weights`."""
+        compute dtype; on a GPU with ``cuda_graphs``, the step replayed from CUDA graphs
+        (:mod:`components.models.graphed_step`). New weights then come in through
+        :meth:`read_weights`."""
         self.eval().requires_grad_(False).to(device)
         self.device = device
         if packed and device.type == "cpu" and packable(self.model):
@@ -63,6 +68,8 @@ class Policy(nn.Module):
             size = sum(t.numel() for t in self.published_tensors())
             self._uploaded = torch.empty(size, device=device)
             self._downloads = _PinnedOutputs()
+            if cuda_graphs:
+                self.graphed = GraphedStep(self._step, device)
         return self
 
     def read_weights(self, weights: PolicyWeights) -> int:
@@ -81,6 +88,8 @@ class Policy(nn.Module):
                 n = tensor.numel()
                 tensor.copy_(self._uploaded[offset:offset + n].view_as(tensor))
                 offset += n
+        with torch.inference_mode():  # the factors an inference step made, written in place
+            self.obs_normalizer.refresh_affine()
         return version
 
     def step(self, obs: dict[str, torch.Tensor], rnn_state: torch.Tensor,
@@ -93,8 +102,11 @@ class Policy(nn.Module):
         if self.device.type == "cpu":
             return self._step(obs, rnn_state, deterministic, generator)
         device = self.device
-        out = self._step({k: v.to(device, non_blocking=True) for k, v in obs.items()},
-                         rnn_state.to(device, non_blocking=True), deterministic, generator)
+        if self.graphed is not None:
+            out = self.graphed(obs, rnn_state, deterministic, generator)
+        else:
+            out = self._step({k: v.to(device, non_blocking=True) for k, v in obs.items()},
+                             rnn_state.to(device, non_blocking=True), deterministic, generator)
         return self._downloads.fetch(out, device)
 
     def _step(self, obs: dict[str, torch.Tensor], rnn_state: torch.Tensor,

@@ -116,6 +116,10 @@ class InferenceWorker(Actor):
         """``auto`` (a GPU when one is visible), ``cpu``, ``cuda`` or ``cuda:N``; without an
         index, the worker of policy (or replica) ``i`` takes GPU ``i mod n``
         (:mod:`components.models.device`)."""
+        cuda_graphs: bool = False
+        """On a GPU, replay each pass from a CUDA graph captured per bucket of rows instead of
+        launching its kernels one by one (:mod:`components.models.graphed_step`); no effect
+        on a CPU."""
 
         def __post_init__(self) -> None:
             super().__post_init__()
@@ -171,7 +175,8 @@ class InferenceWorker(Actor):
         self.policy = self.served[ids[0]].model
         """The (first) served policy's network; None when acting randomly."""
         if self.policy is not None:
-            self.log.info("policies %s on %s", list(ids), describe_device(self.device))
+            self.log.info("policies %s on %s%s", list(ids), describe_device(self.device),
+                          ", steps replayed from CUDA graphs" if self.policy.graphed else "")
         self.m_version.set(self.version)
 
     @property
@@ -185,7 +190,7 @@ class InferenceWorker(Actor):
         if self.params.random_actions:
             return served
         served.model = build_policy(self.params).prepare_for_inference(
-            self.params.packed_weights, self.device)
+            self.params.packed_weights, self.device, self.params.cuda_graphs)
         if f"policy.{policy}.weights" not in self.context.array_specs:
             # No learner publishes this policy (a sampler benchmark): keep the initial weights.
             self.log.info("no published weights for policy %d; serving initial weights", policy)

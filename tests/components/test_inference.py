@@ -27,7 +27,7 @@ from components.models.precision import onednn_has_bf16
 from components.sampling.inference_worker import InferenceWorker
 from sfbus import Actor, ArraySpec, RunRecords, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
-from tests.devices import DEVICES
+from tests.devices import CUDA_ONLY, DEVICES
 from tests.kernel.conftest import hosted
 
 PARAMS = DataPathParams(env="gym:CartPole-v1", rollout=4, num_envs=8, num_splits=2, batch_size=8,
@@ -235,15 +235,21 @@ async def test_new_weights_are_used_from_the_next_batch(device: str) -> None:
 DOOM = dataclasses.replace(PARAMS, env="doom_basic", model=ModelConfig(hidden=32, core_size=16))
 
 
-@pytest.mark.parametrize("device", DEVICES)
-async def test_conv_policy_serves_new_weights_on_every_device(device: str) -> None:
+@pytest.mark.parametrize(("device", "cuda_graphs"), [
+    pytest.param("cpu", False, id="cpu"),
+    pytest.param("cuda", False, id="cuda", marks=CUDA_ONLY),
+    pytest.param("cuda", True, id="cuda-graphs", marks=CUDA_ONLY)])
+async def test_conv_policy_serves_new_weights_on_every_device(device: str,
+                                                             cuda_graphs: bool) -> None:
     # The default model (conv encoder in its compute precision, GRU). On a CPU it runs on
     # packed weights, packed again at each refresh; on a GPU each refresh is one upload of the
-    # whole vector, then casts into the parameters.
+    # whole vector, then casts into the parameters, which a replayed CUDA graph reads in place
+    # (as the normalizer's factors, refreshed with them).
     packs = device == "cpu"
-    async with run(DOOM, deterministic=True, device=device) as actors:
+    async with run(DOOM, deterministic=True, device=device, cuda_graphs=cuda_graphs) as actors:
         rollout, learner, inference = actors["rollout.0"], actors["learner"], actors["inference"]
         assert (inference.served[0].model.packed is not None) == packs
+        assert (inference.served[0].model.graphed is not None) == cuda_graphs
         for version in (1, 2):
             learner.publish(trained_policy(version, DOOM), version, announce=False)
             rollout.request(0, ROWS, seed=5)

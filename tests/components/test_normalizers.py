@@ -116,6 +116,41 @@ def test_image_normalization_follows_statistics_copied_in_place():
     assert not torch.equal(first, second)
 
 
+def test_image_factors_refresh_in_place_for_replayed_graphs():
+    # A CUDA graph captured the factors' tensors: a refresh must write into those very tensors,
+    # including those an inference step made in inference mode; outside it, where such tensors
+    # cannot be written, normalize makes new ones instead of failing.
+    norm = ObsNormalizer({"obs": ((2, 3), "uint8")}).eval()
+    stats = norm.stats["obs"]
+    frame = torch.randint(0, 256, (4, 2, 3), dtype=torch.uint8)
+    with torch.inference_mode():
+        norm({"obs": frame})
+    captured = [t.clone() for t in stats._affine()]
+    tensors = stats._affine()
+    with torch.no_grad():
+        stats.mean.copy_(torch.rand(2, 3, dtype=torch.float64))
+        stats.var.copy_(torch.rand(2, 3, dtype=torch.float64) * 0.1)
+    with torch.inference_mode():
+        norm.refresh_affine()
+    assert all(now is before for now, before in zip(stats._affine_cache, tensors, strict=True))
+    std = torch.sqrt(stats.var + ObsNormalizer.IMAGE_EPS)
+    torch.testing.assert_close(tensors[0], (1 / 255 / std).float())
+    torch.testing.assert_close(tensors[1], (-stats.mean / std).float())
+    assert not torch.equal(tensors[0], captured[0])
+    with torch.no_grad():
+        stats.var.mul_(2)
+    out = norm({"obs": frame})["obs"]  # outside inference mode
+    expected = ((frame.double() / 255 - stats.mean) / torch.sqrt(stats.var + 1e-5)).float()
+    torch.testing.assert_close(out, expected.clamp(-5, 5))
+    assert stats._affine_cache[0] is not tensors[0]
+
+
+def test_refresh_affine_makes_no_factors_for_keys_never_normalized():
+    norm = ObsNormalizer({"obs": ((2, 3), "uint8"), "speed": ((2,), "float32")}).eval()
+    norm.refresh_affine()
+    assert all(not stats._affine_cache for stats in norm.stats.values())
+
+
 def _image_stats(shape: tuple[int, ...]) -> RunningMeanStd:
     """Per-pixel statistics with random means and variances, as the learner has them."""
     stats = ObsNormalizer({"obs": (shape, "uint8")}).eval().stats["obs"]
