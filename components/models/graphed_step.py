@@ -23,7 +23,7 @@ from torch import Tensor
 
 from components.models.actor_critic import StepOutput
 
-StepFunction = Callable[[dict[str, Tensor], Tensor, bool, "torch.Generator | None"], StepOutput]
+StepFunction = Callable[[dict[str, Tensor], Tensor, bool, torch.Generator | None], StepOutput]
 """``(obs, rnn_state, deterministic, generator) -> StepOutput``, all on the device."""
 
 MIN_ROWS = 8
