@@ -22,8 +22,6 @@ from components.datapath.settings import DataPathParams
 from components.models.policy import build_policy
 
 DEFAULT_ROWS = "8,16,32,64,128,256,512,1024,2048,4096"
-
-
 MODES = ("eager", "CUDA graphs")
 
 
