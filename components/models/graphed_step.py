@@ -29,7 +29,8 @@ StepFunction = Callable[[dict[str, Tensor], Tensor, bool, torch.Generator | None
 MIN_ROWS = 8
 """The smallest bucket: fewer rows replay the 8-row graph."""
 MAX_ROWS = 4096
-"""Passes of more rows run eagerly: the GPU's arithmetic outweighs the launches there."""
+"""The largest bucket: the caller runs passes of more rows eagerly (the GPU's arithmetic
+outweighs the launches there)."""
 
 
 @dataclass
@@ -62,14 +63,9 @@ class GraphedStep:
 
     def __call__(self, obs: dict[str, Tensor], rnn_state: Tensor, deterministic: bool,
                  generator: torch.Generator | None) -> StepOutput:
-        """The step for host (pinned) rows; the outputs are on the device and valid until the
-        next call."""
+        """The step for at most :data:`MAX_ROWS` host (pinned) rows; the outputs are on the
+        device and valid until the next call."""
         rows = len(rnn_state)
-        if rows > MAX_ROWS:
-            return self.step({key: value.to(self.device, non_blocking=True)
-                              for key, value in obs.items()},
-                             rnn_state.to(self.device, non_blocking=True), deterministic,
-                             generator)
         key = (bucket_rows(rows), deterministic, generator)
         capture = self.captures.get(key)
         if capture is None:

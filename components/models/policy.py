@@ -12,7 +12,7 @@ from components.envs import EnvSpec, env_spec
 from components.envs.action_bounds import ActionMap
 from components.envs.spec import ACTION_MASK_KEY
 from components.models import ActorCritic, StepOutput
-from components.models.graphed_step import GraphedStep
+from components.models.graphed_step import MAX_ROWS, GraphedStep
 from components.models.packed import PackedStep, packable
 
 _CPU = torch.device("cpu")
@@ -102,7 +102,7 @@ class Policy(nn.Module):
         if self.device.type == "cpu":
             return self._step(obs, rnn_state, deterministic, generator)
         device = self.device
-        if self.graphed is not None:
+        if self.graphed is not None and len(rnn_state) <= MAX_ROWS:
             out = self.graphed(obs, rnn_state, deterministic, generator)
         else:
             out = self._step({k: v.to(device, non_blocking=True) for k, v in obs.items()},
