@@ -5,10 +5,13 @@
 #   bench/gpu_session.sh wheels   here, once: the wheels that machine lacks, into .whl/ (ignored)
 #   bench/gpu_session.sh run      there, in the repository root, with .whl carried
 #
+# Everything printed goes to $OUT/session.txt too; the CUDA tests' log is $OUT/tests.txt, py-spy's
+# profiles of the training case $OUT/profile-{inference,learner,rollout.0}.txt (raw format).
 # Knobs for a partial rerun: CASES (bench.throughput's, default train,sf_train,sim), WORKERS
 # (default 16), VARIANTS (space-separated KEY=VALUE, each a training case of its own, e.g.
-# processes.inference.replicas=2; default: the inference worker's steps replayed from CUDA
-# graphs, "none" for none), SKIP_LEARNING=1, GPU= (the CPU layout, to try it on a CPU).
+# processes.inference.replicas=2; default: eager inference passes instead of CUDA graphs, "none"
+# for none), SKIP_TESTS=1 (no CUDA tests, no inference pass timings), SKIP_LEARNING=1, GPU= (the
+# CPU layout, to try it on a CPU).
 #
 # sfbus's wheels go to /tmp/site, Sample Factory's to /tmp/sfsite, which comes first on its own
 # path only: it needs gymnasium 0.29 and numpy<2 (it caps both itself; numpy 2 kills its rollout
@@ -55,27 +58,28 @@ printf '#!/bin/sh\nPYTHONPATH=/tmp/sfsite:/tmp/site exec python3 "$@"\n' > /tmp/
 chmod +x /tmp/sfpython
 export SFBUS_BENCH_SF_PYTHON=/tmp/sfpython
 
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  lscpu | grep -E '^(Model name|CPU\(s\))'; python3 -c 'import torch; print(torch.__version__)'
-} | tee "$OUT/machine.txt"
+exec > >(tee "$OUT/session.txt") 2>&1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+lscpu | grep -E '^(Model name|CPU\(s\))'; python3 -c 'import torch; print(torch.__version__)'
 
-echo "== CUDA tests"
-timeout 240 python3 -m pytest -q -rs -p no:cacheprovider tests/components/test_devices.py \
-    tests/components/test_graphed_step.py tests/components/test_inference.py \
-    tests/components/test_learner.py tests/components/test_training_state.py \
-    > "$OUT/tests.txt" 2>&1
-tail -n 12 "$OUT/tests.txt"
+if [ -z "${SKIP_TESTS:-}" ]; then
+    echo "== CUDA tests"
+    timeout 240 python3 -m pytest -q -rs -p no:cacheprovider tests/components/test_devices.py \
+        tests/components/test_graphed_step.py tests/components/test_inference.py \
+        tests/components/test_learner.py tests/components/test_training_state.py \
+        > "$OUT/tests.txt" 2>&1
+    tail -n 12 "$OUT/tests.txt"
 
-echo "== inference passes, eager and from CUDA graphs"
-timeout 90 python3 -m bench.gpu_inference --repeats 20 --rows 8,32,128,512 2>&1 \
-    | tee "$OUT/inference.txt"
+    echo "== inference passes, eager and from CUDA graphs"
+    timeout 90 python3 -m bench.gpu_inference --repeats 20 --rows 8,32,128,512 2>&1
+fi
 
 child() {  # the pid of the run's child process named $1 (not of a shell that names it)
     pgrep -f "^[^ ]*python[0-9.]* -m sfbus.child [^ ]* $1( |\$)" | head -1
 }
 
-profile() {  # py-spy on the training case's inference and learner processes, 8 s each,
-    local bench=$1 inference=""  # once they run, unless the benchmark (pid $1) ends first
+profile() {  # py-spy on the training case's inference, learner and first rollout processes,
+    local bench=$1 inference=""  # 8 s each, once they run, unless the benchmark (pid $1) ends
     while [ -z "$inference" ]; do
         kill -0 "$bench" 2>/dev/null || return
         sleep 1
@@ -83,31 +87,31 @@ profile() {  # py-spy on the training case's inference and learner processes, 8 
     done
     sleep 25
     local spies=()
-    for name in inference learner; do
-        py-spy record --nonblocking -r 200 -d 8 -f raw -o "$OUT/$name.txt" -p "$(child $name)" \
-            > "$OUT/py-spy-$name.log" 2>&1 &
+    for name in inference learner rollout.0; do
+        py-spy record --nonblocking -r 200 -d 8 -f raw -o "$OUT/profile-$name.txt" \
+            -p "$(child $name)" > "/tmp/py-spy-$name.log" 2>&1 &
         spies+=($!)
     done
     wait "${spies[@]}"
+    tail -n 2 /tmp/py-spy-*.log
 }
 
 echo "== throughput"
 (timeout 420 python3 -m bench.throughput ${GPU---gpu} --cases "${CASES:-train,sf_train,sim}" \
-    --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1 | tee "$OUT/throughput.txt") &
+    --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1) &
 bench=$!
 profile $bench
 wait $bench
-variants=${VARIANTS:-processes.inference.actors.inference.params.cuda_graphs=true}
+variants=${VARIANTS:-processes.inference.actors.inference.params.cuda_graphs=false}
 [ "$variants" = none ] && variants=""
 for variant in $variants; do
     echo "== training with $variant"
     timeout 200 python3 -m bench.throughput ${GPU---gpu} --cases train --set "$variant" \
-        --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1 \
-        | tee -a "$OUT/variants.txt"
+        --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1
 done
 
 if [ -z "${SKIP_LEARNING:-}" ]; then
     echo "== learning"
     timeout 150 python3 -m bench.learning --frames 1000000 \
-        --config gpu_seed0@topologies/doom_basic_gpu.yaml=seed=0 2>&1 | tee "$OUT/learning.txt"
+        --config gpu_seed0@topologies/doom_basic_gpu.yaml=seed=0 2>&1
 fi

@@ -31,6 +31,9 @@ MIN_ROWS = 8
 MAX_ROWS = 4096
 """The largest bucket: the caller runs passes of more rows eagerly (the GPU's arithmetic
 outweighs the launches there)."""
+WARMUP_PASSES = 2
+"""Eager passes before a capture, as torch's CUDA graph notes advise (algorithm choices and
+lazily made state settle outside the graph)."""
 
 
 @dataclass
@@ -81,26 +84,29 @@ class GraphedStep:
 
     def _capture(self, rows: int, obs: dict[str, Tensor], rnn_state: Tensor,
                  deterministic: bool, generator: torch.Generator | None) -> _Capture:
-        """Static inputs of ``rows`` rows shaped as ``obs`` and ``rnn_state``, a warm-up pass on
+        """Static inputs of ``rows`` rows shaped as ``obs`` and ``rnn_state``, warm-up passes on
         a side stream (cuDNN and cuBLAS pick their algorithms and workspaces outside the
-        capture, as torch's CUDA graph notes ask), then the captured pass; on this worker's GPU,
-        which need not be the process's current one."""
+        capture, as torch's CUDA graph notes ask), then the captured pass on that stream; on
+        this worker's GPU, which need not be the process's current one."""
         with torch.cuda.device(self.device):
             static_obs = {name: torch.zeros((rows, *value.shape[1:]), dtype=value.dtype,
                                             device=self.device) for name, value in obs.items()}
             static_state = torch.zeros((rows, *rnn_state.shape[1:]), dtype=rnn_state.dtype,
                                        device=self.device)
+            # Warm-up and capture on one side stream: cuBLAS and cuDNN keep workspaces per
+            # stream, and one first made inside the capture would be an illegal allocation.
             current = torch.cuda.current_stream(self.device)
             side = torch.cuda.Stream(self.device)
             side.wait_stream(current)
             with torch.cuda.stream(side):
-                self.step(static_obs, static_state, deterministic, generator)
+                for _ in range(WARMUP_PASSES):
+                    self.step(static_obs, static_state, deterministic, generator)
             current.wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             if generator is not None:  # torch's default generator is registered by itself
                 graph.register_generator_state(generator)
             # thread_local: CUDA calls of other threads (a pinned-memory allocation, say) do
             # not break this capture
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
                 out = self.step(static_obs, static_state, deterministic, generator)
         return _Capture(graph, static_obs, static_state, out)
