@@ -72,7 +72,10 @@ utime+stime of every process over the window, in cores (1.00 = one core busy; in
 `rollout.i` is simulation process i); memory sums RSS
 (shared memory counted in each process that maps it) and PSS (counted once). *Others' cores* is
 what the rest of the machine used meanwhile (`/proc/stat` busy time less this case's processes):
-a figure far from 0 means the case shared its cores and its rate is low."""
+a figure far from 0 means the case shared its cores and its rate is low. For each sfbus case the
+last lines give its inference passes over the window, from the inference workers' Prometheus
+histograms: passes per second, rows per pass, and the time from a pass's first request arriving
+to its actions signalled."""
 ABOUT_GPU = """As above (fresh processes per case, %(workers)d rollout workers or simulation
 processes of %(envs)d envs, each pinned to its own core; rates over a %(seconds)g s window that
 starts %(warmup)g s after the first frames), on a machine with a GPU: *full training* is `sfbus
@@ -263,6 +266,21 @@ def cpu_table(results: dict[str, tt.Window]) -> str:
     return "\n".join(rows)
 
 
+def inference_passes(results: dict[str, tt.Window]) -> str:
+    """For each sfbus case, its inference passes over the window: how many, their mean rows and
+    mean time from a pass's first request arriving to its actions signalled."""
+    lines = []
+    for key, w in results.items():
+        histograms = w.extra.get("histograms", {})
+        rows, passes = histograms.get(tt.INFERENCE_HISTOGRAMS[0], (0.0, 0.0))
+        latency, served = histograms.get(tt.INFERENCE_HISTOGRAMS[1], (0.0, 0.0))
+        if passes and served:
+            lines.append(f"- {CASES[key]}: {passes / w.seconds:,.0f} inference passes/s, "
+                         f"{rows / passes:.1f} rows per pass, {1e3 * latency / served:.2f} ms "
+                         f"from a pass's first request to its actions")
+    return "\n\n" + "\n".join(lines) if lines else ""
+
+
 def _order(name: str) -> tuple[int, str]:
     first = name.split()[0].split(".")[0]
     rank = {"supervisor": 0, "runner": 0, "rollout": 1, "inference": 2, "sink": 3, "learner": 3}
@@ -344,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{CASES[key]:>24} | {w.rate:>9,.0f} env frames/s | "
               f"{w.cores:.2f} cores (others {w.others:.2f}) | start-up {w.startup_s:.1f} s",
               flush=True)
-    text = f"{verdict(results, args.gpu)}\n\n{rate_table(results)}\n\n{cpu_table(results)}"
+    text = (f"{verdict(results, args.gpu)}\n\n{rate_table(results)}\n\n{cpu_table(results)}"
+            f"{inference_passes(results)}")
     print("\n" + text)
     if args.write_docs:
         command = "python -m bench.throughput " + " ".join(argv if argv is not None

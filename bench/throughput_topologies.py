@@ -220,17 +220,48 @@ class Window:
 
 
 def measure(roots: dict[int, str], frames_now: Callable[[], tuple[float, int]],
-            wait: Callable[[float], tuple[float, int]], warmup: float, seconds: float) -> Window:
+            wait: Callable[[float], tuple[float, int]], warmup: float, seconds: float,
+            probe: Callable[[], dict[str, tuple[float, float]]] | None = None) -> Window:
     """Sample the process tree around a window; ``wait(t)`` blocks until the frame clock reaches
-    ``t`` and returns (clock, frames) then, ``frames_now()`` the current pair."""
+    ``t`` and returns (clock, frames) then, ``frames_now()`` the current pair; ``probe()``'s
+    (sum, count) pairs go into ``extra["histograms"]`` as their change over the window."""
     first, _ = frames_now()
     t0, frames0 = wait(first + warmup)
     snap0, busy0, wall0 = snapshot(roots), busy_ticks(), time.monotonic()
+    before = probe() if probe else {}
     t1, frames1 = wait(t0 + seconds)
     snap1, busy1, wall1 = snapshot(roots), busy_ticks(), time.monotonic()
-    return Window(frames1 - frames0, t1 - t0, cpu_shares(snap0, snap1, wall1 - wall0),
-                  sum(s.rss for s in snap1.values()), sum(s.pss for s in snap1.values()),
-                  (busy1 - busy0) / _TICKS / (wall1 - wall0))
+    window = Window(frames1 - frames0, t1 - t0, cpu_shares(snap0, snap1, wall1 - wall0),
+                    sum(s.rss for s in snap1.values()), sum(s.pss for s in snap1.values()),
+                    (busy1 - busy0) / _TICKS / (wall1 - wall0))
+    if probe:
+        after = probe()
+        window.extra["histograms"] = {
+            name: (total - before[name][0], count - before[name][1])
+            for name, (total, count) in after.items()}
+    return window
+
+
+INFERENCE_HISTOGRAMS = ("sfbus_inference_batch_rows", "sfbus_inference_serve_latency_seconds")
+"""The inference workers' rows per pass and time from a pass's first request to its actions."""
+
+
+def histogram_totals(metrics_dir: Path, names: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """(sum, count) of each histogram ``name`` in a run's multiprocess metrics folder, over
+    every process and label (0, 0 for one no process has written)."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(metrics_dir))
+    totals = dict.fromkeys(names, (0.0, 0.0))
+    for family in registry.collect():
+        if family.name not in totals:
+            continue
+        total = sum(s.value for s in family.samples if s.name == family.name + "_sum")
+        count = sum(s.value for s in family.samples if s.name == family.name + "_count")
+        totals[family.name] = (total, count)
+    return totals
 
 
 class ProgressTail:
@@ -288,7 +319,8 @@ def run_sfbus(args: list[str], warmup: float, seconds: float, tmp: Path,
         first = progress.until(lambda r: r[1] > 0)
         startup = time.monotonic() - started
         window = measure({proc.pid: "supervisor"}, lambda: first,
-                         lambda t: progress.until(lambda r: r[0] >= t), warmup, seconds)
+                         lambda t: progress.until(lambda r: r[0] >= t), warmup, seconds,
+                         lambda: histogram_totals(tmp / "run" / "metrics", INFERENCE_HISTOGRAMS))
         window.startup_s = startup
         return window
     finally:
