@@ -7,11 +7,11 @@
 #
 # Everything printed goes to $OUT/session.txt too; the CUDA tests' log is $OUT/tests.txt, py-spy's
 # profiles of the training case $OUT/profile-{inference,learner,rollout.0}.txt (raw format).
-# Knobs for a partial rerun: CASES (bench.throughput's, default train,sf_train,sim), WORKERS
-# (default 16), VARIANTS (space-separated KEY=VALUE, each a training case of its own, e.g.
-# processes.inference.replicas=2; default: eager inference passes instead of CUDA graphs, "none"
-# for none), SKIP_TESTS=1 (no CUDA tests, no inference pass timings), SKIP_LEARNING=1, GPU= (the
-# CPU layout, to try it on a CPU).
+# Knobs for a partial rerun: CASES (bench.throughput's, default train,sf_train,sim,sim_short),
+# WORKERS (default 16), VARIANTS (space-separated KEY=VALUE, each a training case of its own,
+# e.g. processes.inference.replicas=2; default: eager inference passes instead of CUDA graphs,
+# "none" for none), SKIP_TESTS=1 (no CUDA tests, no inference pass timings), SKIP_LEARNING=1,
+# GPU= (the CPU layout, to try it on a CPU).
 #
 # sfbus's wheels go to /tmp/site, Sample Factory's to /tmp/sfsite, which comes first on its own
 # path only: it needs gymnasium 0.29 and numpy<2 (it caps both itself; numpy 2 kills its rollout
@@ -97,7 +97,8 @@ profile() {  # py-spy on the training case's inference, learner and first rollou
 }
 
 echo "== throughput"
-(timeout 420 python3 -m bench.throughput ${GPU---gpu} --cases "${CASES:-train,sf_train,sim}" \
+cases=${CASES:-train,sf_train,sim,sim_short}
+(timeout 420 python3 -m bench.throughput ${GPU---gpu} --cases "$cases" \
     --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1) &
 bench=$!
 profile $bench

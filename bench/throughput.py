@@ -43,7 +43,8 @@ from sfbus import Actor, Signal, slot
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## Throughput: simulation, sampler, training"
 SECTION_GPU = "## Throughput on a GPU: simulation and training"
-CASES = {"sim": "pure simulation", "random": "sampler, random actions",
+CASES = {"sim": "pure simulation", "sim_short": "pure simulation, short episodes",
+         "random": "sampler, random actions",
          "model": "sampler, real model", "train": "full training",
          "sf_model": "Sample Factory: sampler alone, real model",
          "sf_train": "Sample Factory: full training"}
@@ -56,10 +57,13 @@ workers (or simulation processes) of %(envs)d envs each, every one pinned to its
 the VizDoom engines it starts. A rate is env frames (agent steps x frameskip) per second over a
 %(seconds)g s window that starts %(warmup)g s after the first frames, so start-up is left out.
 *Pure simulation* steps the envs with random actions through `step_into` into preallocated rows
-(the same 128x72 resize and CHW copy as the system), nothing else. The *sampler* cases run `sfbus
-run` on a generated topology with the training topology's layout: the rollout processes, each
-hosting an inference worker (random actions drawn by the worker, or the default model, conv + GRU
-512, serving its initial weights), and a sink actor
+(the same 128x72 resize and CHW copy as the system), nothing else; *with short episodes* it also
+starts a new episode in every env each %(short)d steps, as a trained agent's episodes end
+(random actions in doom_basic last about 30 steps, a chance hit or the 300-tic timeout; a
+trained agent's about 6), so each step carries its share of the engine's map restart. The
+*sampler* cases run `sfbus run` on a generated topology with the training topology's layout:
+the rollout processes, each hosting an inference worker (random actions drawn by the worker,
+or the default model, conv + GRU 512, serving its initial weights), and a sink actor
 (`bench.throughput:TrajectorySink`) that hands each finished slot straight back, with the stats
 actor; its data-path settings (T, batch size, splits) are those of `%(training)s`. *Full
 training* is `sfbus run %(training)s %(sets)s`. The *Sample Factory* cases run
@@ -99,8 +103,9 @@ class TrajectorySink(Actor):
 # ----- pure simulation ----------------------------------------------------------------------
 
 def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: Any,
-              ready: Any, stop: Any, env_kwargs: dict[str, Any]) -> None:
-    """One simulation process: pin, make envs, step them with random actions until ``stop``."""
+              ready: Any, stop: Any, env_kwargs: dict[str, Any], episode_steps: int) -> None:
+    """One simulation process: pin, make envs, step them with random actions until ``stop``,
+    starting a new episode in each every ``episode_steps`` steps (0: only where one ends)."""
     os.sched_setaffinity(0, [core])  # before the envs, so that their engine processes inherit it
     with contextlib.suppress(ImportError):
         import cv2
@@ -120,9 +125,11 @@ def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: 
         m.reset_into(outs[0][e], seed=1000 * worker + e)
     rng = np.random.default_rng(worker)
     ready.put((worker, spec.frameskip))
-    t = 0
+    t = taken = 0
     while not stop.is_set():
         t = t % rollout + 1
+        taken += 1
+        cut = episode_steps and taken % episode_steps == 0
         actions, _ = spec.random_actions(rng, envs * na)
         for e in range(envs):
             try:
@@ -130,6 +137,8 @@ def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: 
             except EnvError:  # as the rollout worker does: replace the broken env
                 made[e].close()
                 made[e] = make_env(env, **env_kwargs)
+                made[e].reset_into(outs[t][e])
+            if cut:  # as a trained agent's short episodes end (the engine restarts its map)
                 made[e].reset_into(outs[t][e])
         steps.value += envs * na
     for m in made:
@@ -153,13 +162,15 @@ def _wait_ready(ready: Any, procs: list[Any], timeout: float = 300.0) -> list[tu
 
 
 def pure_simulation(env: str, workers: int, envs: int, warmup: float, seconds: float,
-                    env_kwargs: dict[str, Any] | None = None) -> tt.Window:
-    """``workers`` pinned processes stepping their envs with random actions, measured."""
+                    env_kwargs: dict[str, Any] | None = None,
+                    episode_steps: int = 0) -> tt.Window:
+    """``workers`` pinned processes stepping their envs with random actions, measured (with
+    ``episode_steps``, each env's episodes cut to that many steps)."""
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
     counters = [ctx.RawValue("q", 0) for _ in range(workers)]
     procs = [ctx.Process(target=_simulate, args=(env, envs, i, core, 32, counters[i], ready, stop,
-                                                 env_kwargs or {}))
+                                                 env_kwargs or {}, episode_steps))
              for i, core in enumerate(tt.affinity(workers))]
     started = time.monotonic()
     for p in procs:
@@ -192,8 +203,9 @@ def pure_simulation(env: str, workers: int, envs: int, warmup: float, seconds: f
 
 def run_case(key: str, args: argparse.Namespace) -> tt.Window:
     """Run one case in fresh processes and return its measured window."""
-    if key == "sim":
-        return pure_simulation(args.env, args.workers, args.envs, args.warmup, args.seconds)
+    if key in ("sim", "sim_short"):
+        return pure_simulation(args.env, args.workers, args.envs, args.warmup, args.seconds,
+                               episode_steps=args.short_episodes if key == "sim_short" else 0)
     if key.startswith("sf_"):
         from bench import sample_factory
 
@@ -294,6 +306,9 @@ def verdict(results: dict[str, tt.Window], gpu: bool = False) -> str:
         share = results["train"].rate / results["sim"].rate
         lines.append(f"Full training: {share:.0%} of pure simulation "
                      f"(goal: at least {GPU_GOALS['share']:.0%}).")
+    if "train" in results and "sim_short" in results:
+        share = results["train"].rate / results["sim_short"].rate
+        lines.append(f"Full training: {share:.0%} of pure simulation with short episodes.")
     if "sim" in results and "random" in results:
         share = results["random"].rate / results["sim"].rate
         lines.append(f"Sampler with random actions: {share:.0%} of pure simulation "
@@ -343,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", default="doom_basic", help="env name (components.envs)")
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of "
                         + ", ".join(CASES))
+    parser.add_argument("--short-episodes", type=int, default=6, metavar="N",
+                        help="episode length of the sim_short case, in agent steps (default 6: "
+                        "a trained doom_basic agent's)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 3 s warm-up, 4 s window")
     parser.add_argument("--gpu", action="store_true", help="train on the GPU layout "
                         f"({tt.TRAINING_GPU}, device cuda) and Sample Factory with --device=gpu")
@@ -356,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     keys = [k.strip() for k in args.cases.split(",") if k.strip()]
     if unknown := [k for k in keys if k not in CASES]:
         parser.error(f"unknown case(s) {unknown}; known: {list(CASES)}")
+    if args.short_episodes < 1:
+        parser.error(f"--short-episodes must be at least 1, got {args.short_episodes}")
     results: dict[str, tt.Window] = {}
     for key in keys:
         results[key] = w = run_case(key, args)
@@ -371,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         sets = " ".join(training_sets(args))
         about = (ABOUT_GPU if args.gpu else ABOUT) % dict(
             workers=args.workers, envs=args.envs, seconds=args.seconds, warmup=args.warmup,
-            training=training(args), sets=sets)
+            training=training(args), sets=sets, short=args.short_episodes)
         write_docs(f"Command: `{command.strip()}`\n\nMachine: {machine()}\n\n{about}\n\n{text}\n",
                    args.gpu)
     return 0
