@@ -1,4 +1,5 @@
-"""Gradient averaging between two real processes over gloo (components.learning.distributed)."""
+"""Gradient averaging between two real processes (components.learning.distributed): over gloo on
+the CPU, over NCCL with a GPU per rank where the machine has two."""
 
 from __future__ import annotations
 
@@ -17,6 +18,13 @@ pytestmark = pytest.mark.timeout(60)
 
 WORLD = 2
 HALF = 4  # samples per rank
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+DEVICES = [
+    pytest.param("cpu", id="cpu-gloo"),
+    pytest.param("cuda", id="cuda-nccl", marks=pytest.mark.skipif(
+        GPUS < WORLD, reason=f"needs {WORLD} CUDA GPUs (NCCL gives each rank its own GPU); "
+                             f"this machine has {GPUS}")),
+]
 
 
 class Net(nn.Module):
@@ -34,16 +42,17 @@ def data() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(WORLD * HALF, 3, generator=g), torch.randn(WORLD * HALF, 2, generator=g)
 
 
-def _rank(rank: int, port: int, out: str) -> None:
+def _rank(rank: int, port: int, out: str, device_type: str) -> None:
     os.environ.update(WORLD_SIZE=str(WORLD), RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
+    device = torch.device(device_type, rank) if device_type == "cuda" else torch.device("cpu")
     torch.manual_seed(rank)  # different weights on each rank until the broadcast
-    net = Net()
+    net = Net().to(device)
     peers = Peers(group_from_env(), list(net.parameters()), list(net.buffers()), timeout_s=20)
     peers.join()
     net.load_state_dict(peers.broadcast(net.state_dict()))
     start = {k: v.clone() for k, v in net.state_dict().items()}
-    x, y = data()
+    x, y = (t.to(device) for t in data())
     rows = slice(rank * HALF, (rank + 1) * HALF)
     nn.functional.mse_loss(net.fc(x[rows]), y[rows]).backward()
     net.stat.fill_(rank + 1.0)  # each rank's own statistic; the group keeps their mean
@@ -65,7 +74,7 @@ def _rank(rank: int, port: int, out: str) -> None:
         torch.equal(p.grad, g) for p, g in zip(net.parameters(), local, strict=True))}
     peers.close()
     torch.save({"start": start, "first": first, "skipped": skipped, "left": left},
-               Path(out, f"rank{rank}.pt"))
+               Path(out, f"rank{rank}.pt"))  # read back with map_location="cpu"
 
 
 def _dying(rank: int, port: int, out: str) -> None:
@@ -90,9 +99,10 @@ def test_a_dead_peer_leaves_the_survivor_training_alone(tmp_path: Path) -> None:
     assert torch.load(tmp_path / "rank0.pt") == {"ok": True, "active": False, "unchanged": True}
 
 
-def test_two_ranks_average_like_one_big_batch(tmp_path: Path) -> None:
-    mp.spawn(_rank, args=(free_port(), str(tmp_path)), nprocs=WORLD, join=True)
-    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
+@pytest.mark.parametrize("device_type", DEVICES)
+def test_two_ranks_average_like_one_big_batch(tmp_path: Path, device_type: str) -> None:
+    mp.spawn(_rank, args=(free_port(), str(tmp_path), device_type), nprocs=WORLD, join=True)
+    results = [torch.load(tmp_path / f"rank{r}.pt", map_location="cpu") for r in range(WORLD)]
     # Rank 0's weights reached rank 1.
     for key, value in results[0]["start"].items():
         assert torch.equal(value, results[1]["start"][key])
