@@ -10,12 +10,16 @@ ARGS ?= --max-frames 1000000
 
 .PHONY: install run test lint clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned: a bare torch requirement would pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[test]'
+	# Sample Factory's VizDoom scenario files (doom_battle, doom_deathmatch_bots, ...), which
+	# sfbus does not ship; without its dependencies, which gymnasium 1 conflicts with and the
+	# files do not need (nothing imports the package).
+	$(PY) -m pip install --quiet --no-deps sample-factory==2.1.1
 	touch $@
 
 install: $(VENV)/.installed

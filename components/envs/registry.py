@@ -1,5 +1,5 @@
-"""Env names -> factories: `doom_<scenario>`, `atari_<game>`, `mujoco_<name>`, `gym:<EnvId>`,
-`envpool:<TaskId>`, short names, `pkg.mod:factory`.
+"""Env names -> factories: `doom_<scenario>`, `doom:<path.cfg>`, `atari_<game>`, `mujoco_<name>`,
+`gym:<EnvId>`, `envpool:<TaskId>`, short names, `pkg.mod:factory`.
 
 Short names come from `register_env` and from the `sfbus.envs` entry points of installed
 packages. A registration reaches every process the registering one starts: its factory's import
@@ -28,7 +28,6 @@ Factory = Callable[..., Any]
 _REGISTRY: dict[str, Factory | str] = {
     "toy_multi_agent": "components.envs.multi_agent:make_toy_env",
     "doom_duel": "components.envs.doom.duel:make_doom_duel",
-    "doom_duel_bots": "components.envs.doom.duel:make_doom_duel_bots",
 }
 _SPEC_CACHE: dict[tuple[str, str], EnvSpec] = {}
 CARRIED_ENVS = "SFBUS_ENVS"
@@ -118,6 +117,13 @@ def _resolve(name: str) -> Factory:
         if scenario not in doom_scenarios():
             raise UnknownEnvError(_unknown(name, _doom_names()))
         return lambda **kw: make_doom_env(scenario, **kw)
+    if name.startswith("doom:"):  # a user's own scenario: its .cfg, the .wad it names beside it
+        from components.envs.doom.game import make_doom_env
+
+        cfg = name[len("doom:"):]
+        if not cfg.endswith(".cfg"):
+            raise UnknownEnvError(f"env {name!r}: name a VizDoom .cfg file after 'doom:'")
+        return lambda **kw: make_doom_env(cfg, **kw)
     if name.startswith("atari_"):
         try:
             from components.envs.atari import atari_games, atari_names, make_atari_env
@@ -229,7 +235,8 @@ def _unknown(name: str, candidates: list[str]) -> str:
     listed = [c for c in candidates if not c.startswith("atari_")] or candidates
     listed = listed if len(listed) <= 80 else [*close, "..."]
     return (f"unknown env {name!r}{hint} Known: {', '.join(listed)}; also 'atari_<game>' for "
-            "the Atari games of ale-py, 'gym:<EnvId>' for any gymnasium id, "
+            "the Atari games of ale-py, 'doom:<path.cfg>' for a VizDoom scenario of your own, "
+            "'gym:<EnvId>' for any gymnasium id, "
             "'pettingzoo:<module>' for a PettingZoo parallel env, 'envpool:<TaskId>' for "
             "EnvPool's tasks and "
             "'pkg.module:factory' for your own.")

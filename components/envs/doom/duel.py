@@ -6,7 +6,7 @@ the joiners meet over UDP on 127.0.0.1 and step in lock-step. The map is the CIG
 and the observations doom.py's: `obs` uint8 `(3, 72, 128)` and `measurements` float32 `(19,)`.
 
 Rewards are frag-based as in Sample Factory's duels: +1 per frag, -1 per death by default
-(`reward_shaping` takes any `spaces.SHAPING_VARS` keys). At an episode's end every agent's
+(`reward_shaping` takes any `spaces.SHAPING_TERMS` keys). At an episode's end every agent's
 info carries `episode_true_return` (its frags, the match score), `episode_frags`,
 `episode_deaths`, `episode_win` (1.0 when it outscored every other agent, else 0.0) and, in a
 duel, `episode_opponent` (the other agent's index; the rollout worker reports its policy).
@@ -41,7 +41,7 @@ from components.envs.spec import EnvSpec, EpisodeStats, MultiAgentEnv, ObsDict, 
 log = logging.getLogger(__name__)
 
 V = vzd.GameVariable
-DUEL_SHAPING: dict[str, float] = {"frag": 1.0, "death": -1.0}
+DUEL_SHAPING: dict[str, float] = {"frag": 1.0, "frag_lost": -1.0, "death": -1.0}
 
 
 class DoomDuelEnv(MultiAgentEnv):
@@ -67,7 +67,7 @@ class DoomDuelEnv(MultiAgentEnv):
         self.reward_shaping: dict[str, float] = dict(DUEL_SHAPING if reward_shaping is None
                                                      else reward_shaping)
         """Shaping coefficients, read every step: mutate in place (PBT does)."""
-        ds.check_shaping_keys(self.reward_shaping)
+        ds.check_shaping_keys(self.reward_shaping, per_step=False)
         self.num_agents = num_agents
         self.restarts = 0
         """Matches torn down and started again after a failure."""
@@ -75,9 +75,9 @@ class DoomDuelEnv(MultiAgentEnv):
         self._start_timeout_s = start_timeout_s
         self._step_timeout_s = step_timeout_s
         self._max_start_attempts = max_start_attempts
-        meas = [v for v, _ in ds.MEASUREMENTS]
-        self._vars = list(dict.fromkeys(meas + ds.shaping_variables()))
-        self._meas_scale = np.array([1.0 / s for _, s in ds.MEASUREMENTS])
+        meas = [m.variable for m in ds.MEASUREMENTS]
+        self._vars = list(dict.fromkeys(meas + ds.shaping_variables(ds.SHAPING_TERMS)))
+        self._meas_scale = np.array([m.scale for m in ds.MEASUREMENTS])
         self._frag = self._vars.index(V.FRAGCOUNT)
         self._death = self._vars.index(V.DEATHCOUNT)
         w, h = int(resolution[0]), int(resolution[1])
@@ -252,7 +252,3 @@ def make_doom_duel(**kwargs: Any) -> DoomDuelEnv:
     """A 2-agent VizDoom duel (pass `num_agents`, `num_bots` and the rest to change it)."""
     return DoomDuelEnv(**kwargs)
 
-
-def make_doom_duel_bots(**kwargs: Any) -> DoomDuelEnv:
-    """A duel with one ZDoom bot added: 2 agents and a bot in one match."""
-    return DoomDuelEnv(**{"num_bots": 1, **kwargs})

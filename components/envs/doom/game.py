@@ -8,13 +8,16 @@ INTER_LINEAR +20 us, three single-plane resizes of a CRCGCB frame slower than on
 Default is INTER_LINEAR: for these <2x downscales it keeps ~95% of the raw frame rate, where
 INTER_AREA costs ~40% (Sample Factory itself uses INTER_NEAREST). At `resolution=None` the
 frame is rendered CHW (CRCGCB) and copied without any transpose.
-The `full` action space adds `measurements` float32 `(19,)`, see `spaces.py`.
+The `full` action space adds `measurements` float32 `(19,)`, the paper's; Sample Factory's
+scenarios add theirs, `(23,)` (see `spaces.py`).
 
-`deathmatch` is a hosted deathmatch against ZDoom's built-in bots on the CIG competition map
-(`cig.wad`, map01) with `deathmatch.cfg`'s buttons and 4200-tic timeout: the shipped
-`deathmatch.wad` is a single-player monster arena that crashes VizDoom 1.3 when hosted with
-`-deathmatch`; it stays available as `deathmatch_monsters`. Every other `.cfg` in
-`vizdoom.scenarios_path` is available under its file name.
+Deathmatch scenarios are hosted matches against ZDoom's built-in bots, scored by frags:
+`deathmatch_bots` (7 bots on Sample Factory's dwango5 map) and `duel_bots` (1 bot on ssl2), as
+Sample Factory trains them, and `deathmatch` on the CIG competition map (`cig.wad`, map01) with
+`deathmatch.cfg`'s buttons and 4200-tic timeout: the shipped `deathmatch.wad` is a
+single-player monster arena that crashes VizDoom 1.3 when hosted with `-deathmatch`; it stays
+available as `deathmatch_monsters`. See `scenarios.py` for every scenario and where its files
+come from.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import numpy as np
 import vizdoom as vzd
 
 from components.envs.doom import spaces as ds
-from components.envs.doom.scenarios import SCENARIOS, Scenario, group_actions
+from components.envs.doom.scenarios import SCENARIOS, Scenario, scenario_files
 from components.envs.doom.scenarios import scenario as scenario_entry
 from components.envs.doom.shm import start_sweeper
 from components.envs.spec import (
@@ -47,13 +50,15 @@ from components.envs.spec import (
 _ENGINE_ERRORS = (vzd.ViZDoomUnexpectedExitException, vzd.ViZDoomIsNotRunningException,
                   vzd.ViZDoomErrorException, vzd.SharedMemoryException, vzd.MessageQueueException)
 _NATIVE = (160, 120)  # RES_160X120, the cheapest resolution VizDoom renders
+V = vzd.GameVariable
 INTERPOLATION = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR,
                  "nearest": cv2.INTER_NEAREST}
-# Hosted deathmatch as in ViZDoom's bot examples and Sample Factory: instant forced respawn,
-# no autoaim or crouch, spawn far from others; +viz_nocheat 0 lets us send "addbot".
+# Hosted deathmatch as in ViZDoom's bot examples and Sample Factory: forced respawn, no autoaim,
+# crouch, jump or mouse look, spawn far from others, no level exit before the time is up;
+# +viz_nocheat 0 lets us send "addbot". The respawn delay is the scenario's.
 _DEATHMATCH_ARGS = ("-host 1 -deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1"
-                    " +sv_spawnfarthest 1 +sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 0"
-                    " +name AI +colorset 0")
+                    " +sv_spawnfarthest 1 +sv_nocrouch 1 +sv_nojump 1 +sv_nofreelook 1"
+                    " +sv_noexit 1 +viz_nocheat 0 +name AI +colorset 0")
 
 
 @functools.cache
@@ -77,20 +82,21 @@ class DoomEnvError(EnvError):
 class DoomEnv(MultiAgentEnv):
     """One VizDoom game (one agent). Build with `make_doom_env`.
 
-    Args: `action_space` "auto" (the scenario's Sample Factory space: its button groups, else
-    `simple`) | "simple" | "full" (see `spaces.py`); `frameskip` tics per step;
-    `resolution` (width, height) of `obs`, None for the native 160x120; `num_bots` for
-    deathmatch scenarios (default 7 on `deathmatch`); `reward_shaping` coefficients by key of
-    `spaces.SHAPING_VARS` (default on deathmatch scenarios, else off); `measurements`
-    (default: on with the full space); `interpolation` "linear" | "area" | "nearest";
-    `episode_timeout` in tics (default: the scenario's own).
+    Args: `action_space` "auto" (the scenario's Sample Factory heads, else `simple`) |
+    "simple" | "full" (see `spaces.py`); `frameskip` tics per step; `resolution` (width, height)
+    of `obs`, None for the native 160x120; `num_bots` for deathmatch scenarios (default: the
+    scenario's); `reward_shaping` coefficients by key of `spaces.SHAPING_TERMS` (default: the
+    scenario's, else off); `measurements` (default: on with the full space or where the
+    scenario has its own); `interpolation` "linear" | "area" | "nearest"; `episode_timeout` in
+    tics (default: the scenario's own); `scenarios_dir` a folder holding Sample Factory's
+    scenario files (default: those of an installed `sample-factory` package).
     """
 
     def __init__(self, scenario: str, *, action_space: str = "auto", frameskip: int = 4,
                  resolution: tuple[int, int] | None = (128, 72), seed: int | None = None,
                  num_bots: int | None = None, reward_shaping: dict[str, float] | None = None,
                  measurements: bool | None = None, interpolation: str = "linear",
-                 episode_timeout: int | None = None) -> None:
+                 episode_timeout: int | None = None, scenarios_dir: str | None = None) -> None:
         sc = scenario_entry(scenario)
         if frameskip < 1:
             raise ValueError(f"frameskip must be >= 1, not {frameskip}")
@@ -105,14 +111,14 @@ class DoomEnv(MultiAgentEnv):
             deathmatches = sorted(k for k, v in SCENARIOS.items() if v.deathmatch)
             raise ValueError(f"scenario {scenario!r} is single-player; bots need one of "
                              f"{deathmatches}")
+        cfg, wad = scenario_files(scenario, sc, scenarios_dir)
         self._deathmatch = sc.deathmatch
         self._frameskip = frameskip
-        self._full = action_space == "full"
-        groups = sc.action_groups if action_space == "auto" else None
+        full = action_space == "full"
+        heads = ds.FULL_HEADS if full else sc.heads if action_space == "auto" else None
         self._gathering = sc.gathering
-        use_meas = self._full if measurements is None else measurements
-        if reward_shaping is None and sc.deathmatch:
-            reward_shaping = dict(ds.DEATHMATCH_SHAPING)
+        if reward_shaping is None and sc.reward_shaping is not None:
+            reward_shaping = dict(sc.reward_shaping)
         self._shaping_on = reward_shaping is not None
         self.reward_shaping: dict[str, float] = dict(reward_shaping or {})
         """Shaping coefficients, read every step: mutate in place (PBT does)."""
@@ -121,9 +127,9 @@ class DoomEnv(MultiAgentEnv):
         start_sweeper()
         self._game = g = vzd.DoomGame()
         g.set_doom_config_path(engine_config_path())
-        g.load_config(os.path.join(vzd.scenarios_path, sc.cfg))
-        if sc.wad:
-            g.set_doom_scenario_path(os.path.join(vzd.scenarios_path, sc.wad))
+        g.load_config(cfg)
+        if wad:
+            g.set_doom_scenario_path(wad)
         if sc.doom_map:
             g.set_doom_map(sc.doom_map)
         g.set_window_visible(False)
@@ -135,22 +141,27 @@ class DoomEnv(MultiAgentEnv):
         self._resize = self._wh != _NATIVE
         # Resizing wants HWC for cv2; without a resize, CHW straight from the engine is cheapest.
         g.set_screen_format(vzd.ScreenFormat.RGB24 if self._resize else vzd.ScreenFormat.CRCGCB)
-        if episode_timeout is not None:
-            g.set_episode_timeout(episode_timeout)
+        timeout = sc.episode_timeout if episode_timeout is None else episode_timeout
+        if timeout is not None:
+            g.set_episode_timeout(timeout)
         _apply_scenario_overrides(g, sc)
-        if self._full:
-            g.set_available_buttons(ds.FULL_BUTTONS)
-        elif groups:
-            g.set_available_buttons([b for group in groups for b in group])
-        meas_vars = [v for v, _ in ds.MEASUREMENTS] if use_meas else []
-        self._svars = ds.shaping_variables() if self._shaping_on else []
+        if heads:
+            g.set_available_buttons(ds.head_buttons(heads))
+        layout = sc.measurements or ds.MEASUREMENTS
+        use_meas = (full or sc.measurements is not None) if measurements is None \
+            else measurements
+        # A scenario's own layout is Sample Factory's, which reads only what the cfg reports.
+        reported = set(g.get_available_game_variables()) if sc.measurements else None
+        meas_vars = [m.variable for m in layout if reported is None or m.variable in reported] \
+            if use_meas else []
+        self._svars = ds.shaping_variables(self.reward_shaping)
         health = [vzd.GameVariable.HEALTH] if self._gathering else []
         all_vars = list(dict.fromkeys(meas_vars + self._svars + health))
         g.set_available_game_variables(all_vars)
-        self._meas_scale = np.array([1.0 / s for _, s in ds.MEASUREMENTS]) if use_meas else None
+        self._measure = ds.MeasurementReader(layout, all_vars, reported) if use_meas else None
         self._sidx = np.array([all_vars.index(v) for v in self._svars], np.int64)
         if sc.deathmatch:
-            g.add_game_args(_DEATHMATCH_ARGS)
+            g.add_game_args(f"{_DEATHMATCH_ARGS} +viz_respawn_delay {sc.respawn_delay}")
         if seed is not None:
             g.set_seed(seed)
         try:
@@ -160,8 +171,7 @@ class DoomEnv(MultiAgentEnv):
         self._closed = False
 
         # Per head, per index: the button it presses (multi-head spaces), else the `simple` rows
-        self._table = ds.full_action_table() if self._full else group_actions(groups) \
-            if groups else None
+        self._table = ds.action_table(heads) if heads else None
         if self._table is None:
             self._simple = ds.simple_actions(g.get_available_buttons())
         self._nbuttons = len(g.get_available_buttons())
@@ -169,14 +179,16 @@ class DoomEnv(MultiAgentEnv):
         self._hwc = np.empty((self._wh[1], self._wh[0], 3), np.uint8)
         self._screen: np.ndarray | None = None  # the last native frame, for render()
         fields = {"obs": ObsField((3, self._wh[1], self._wh[0]), "uint8")}
-        if use_meas:
-            fields["measurements"] = ObsField((len(ds.MEASUREMENTS),), "float32")
-        heads = tuple(len(head) for head in self._table) if self._table else (len(self._simple),)
-        self._spec = EnvSpec(fields, action_heads=heads, num_agents=1, frameskip=frameskip,
+        if self._measure is not None:
+            fields["measurements"] = ObsField((self._measure.size,), "float32")
+        heads_n = ds.head_sizes(heads) if heads else (len(self._simple),)
+        self._spec = EnvSpec(fields, action_heads=heads_n, num_agents=1, frameskip=frameskip,
                              reward_scale=sc.reward_scale)
         self._stats = EpisodeStats(1, frameskip)
         self._true_return = 0.0
-        self._prev: dict[Any, float] = {}
+        self._prev: dict[Any, float] | None = None  # shaping's last reading; None: none yet
+        self._weapon = (-1.0, 0)  # the selected weapon and for how many steps in a row
+        self._dead = False
         self._start_frags = 0.0
         self._health: float | None = None  # the gathering shaping's last health reading
         self._needs_reset = True
@@ -225,9 +237,16 @@ class DoomEnv(MultiAgentEnv):
         try:
             raw = g.make_action(self._buttons(actions[0]), self._frameskip)
             done = g.is_episode_finished()
-            reward = raw + self._shape() if self._shaping_on else raw
-            if self._gathering and not done:
-                reward += self._health_rose()
+            reward = raw
+            if not done:  # an episode's last step is not shaped (no state to read), as in SF
+                if self._deathmatch:  # the game respawns a dead player itself (forcerespawn)
+                    was_dead, self._dead = self._dead, g.is_player_dead()
+                    if was_dead and not self._dead:
+                        self._prev = None  # a respawn's full health is no pickup: start anew
+                if self._shaping_on:
+                    reward += self._shape()
+                if self._gathering:
+                    reward += self._health_rose()
             self._stats.add(reward)
             self._true_return += raw
             if done:
@@ -235,9 +254,6 @@ class DoomEnv(MultiAgentEnv):
                 terminated = not truncated
                 self._finish(info)
                 self._new_episode()
-            elif self._deathmatch and g.is_player_dead():
-                g.respawn_player()
-                self._prev = self._read_shaping_vars()  # respawn's full health is no pickup
             self._write_obs(g.get_state(), obs_out)
         except _ENGINE_ERRORS as e:
             raise self._died(e) from e
@@ -267,21 +283,27 @@ class DoomEnv(MultiAgentEnv):
             np.copyto(obs_out["obs"][0], self._hwc.transpose(2, 0, 1))
         else:  # (3, 120, 160) CRCGCB
             np.copyto(obs_out["obs"][0], state.screen_buffer)
-        if self._meas_scale is not None:
-            gv = state.game_variables[: len(self._meas_scale)]
-            np.multiply(gv, self._meas_scale, out=obs_out["measurements"][0], casting="unsafe")
-
-    def _read_shaping_vars(self) -> dict[Any, float]:
-        state = self._game.get_state()
-        if state is None:  # episode over: no state, but the variables still read
-            return {v: self._game.get_game_variable(v) for v in self._svars}
-        return dict(zip(self._svars, state.game_variables[self._sidx].tolist(), strict=True))
+        if self._measure is not None:
+            self._measure.write(state.game_variables, obs_out["measurements"][0])
 
     def _shape(self) -> float:
-        cur = self._read_shaping_vars()
-        r = ds.shaping_reward(self.reward_shaping, self._prev, cur)
-        self._prev = cur
-        return r
+        """This step's shaping reward against the last reading (0 for the first reading of an
+        episode or a life, which only sets the baseline, as Sample Factory's)."""
+        state = self._game.get_state()
+        cur = dict(zip(self._svars, state.game_variables[self._sidx].tolist(), strict=True))
+        prev, self._prev = self._prev, cur
+        coef = self.reward_shaping.get(ds.WEAPON_READY, 0.0)
+        if ds.WEAPON_READY in self.reward_shaping:
+            weapon = max(0.0, cur[V.SELECTED_WEAPON])
+            same = self._weapon[1] + 1 if weapon == self._weapon[0] else 1
+            self._weapon = (weapon, same)
+        if prev is None:
+            return 0.0
+        reward = ds.shaping_reward(self.reward_shaping, prev, cur)
+        if coef and self._weapon[1] >= ds.WEAPON_READY_STEPS and \
+                cur[V.SELECTED_WEAPON_AMMO] > 0:
+            reward += coef
+        return reward
 
     def _health_rose(self) -> float:
         """1 when health rose since the last step of this episode (not on its first step, as
@@ -295,20 +317,22 @@ class DoomEnv(MultiAgentEnv):
         g = self._game
         g.new_episode()
         self._health = None
+        self._prev = None
+        self._weapon = (-1.0, 0)
+        self._dead = False
         if self._deathmatch:
             g.send_game_command("removebots")
             for _ in range(self.num_bots):
                 g.send_game_command("addbot")
+            self._start_frags = g.get_game_variable(V.FRAGCOUNT)
         self._true_return = 0.0
-        if self._shaping_on:
-            self._prev = self._read_shaping_vars()
-            self._start_frags = self._prev[vzd.GameVariable.FRAGCOUNT]
 
     def _finish(self, info: dict[str, Any]) -> None:
         self._stats.finish(0, info)
         info["episode_true_return"] = self._true_return
-        if self._shaping_on:
-            info["episode_frags"] = self._prev[vzd.GameVariable.FRAGCOUNT] - self._start_frags
+        if self._deathmatch:  # the game scores a deathmatch by frags, not by its reward
+            frags = self._game.get_game_variable(V.FRAGCOUNT) - self._start_frags
+            info["episode_true_return"] = info["episode_frags"] = frags
 
     def _died(self, e: Exception) -> DoomEnvError:
         with contextlib.suppress(Exception):  # engine already broken: report the first error
