@@ -99,6 +99,22 @@ FAMILIES = {
         "topologies/doom_basic.yaml", "sf_examples.vizdoom.train_vizdoom", (5.0, 10.0, 15.0),
         measure="game reward (kills)", sets=("env=doom_defend_the_center",), notes=DOOM_NOTES,
         sf_overrides=SF_DOOM),
+    "doom_battle": Family(
+        "topologies/doom_battle.yaml", "sf_examples.vizdoom.train_vizdoom", (2.0, 5.0, 10.0),
+        measure="kills per episode (the game's reward)", notes=(
+            "Battle as Sample Factory trains it on both sides (its cfg and map, five heads with "
+            "turning in 11 steps, its 23 measurements and its shaping: "
+            "`components/envs/doom/scenarios.py`), Sample Factory's VizDoom model (conv_simple "
+            "beside an MLP of the measurements, GRU 512, input normalisation), 160x120 frames "
+            "resized to 128x72, frameskip 4, and Sample Factory's own Battle settings on both "
+            "sides (`topologies/doom_battle.yaml`: V-trace, no return normalisation, batch 2048, "
+            "no gradient clipping, two batches in flight, symmetric-KL exploration 0.001, value "
+            "clip 0.2), same workers, envs, rollout and seed. Left as each system has it: Sample "
+            "Factory runs its inference worker as a third process (sfbus hosts one in each "
+            "rollout process); it ends an episode at the time limit as terminal where sfbus "
+            "bootstraps it. The curves' time axis starts at launch for Sample Factory and at "
+            "sfbus's stats actor's start for sfbus; the wall-time column is launch to exit for "
+            "both.")),
     "atari_breakout": Family(
         "topologies/atari_breakout.yaml", "sf_examples.atari.train_atari", (2.0, 5.0, 10.0),
         notes=(

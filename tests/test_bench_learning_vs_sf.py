@@ -96,3 +96,12 @@ def test_table_shows_the_frames_trained_on_at_the_last_bar() -> None:
     first, second = text.splitlines()[2:]
     assert first.split(" | ")[4] == "196.6k"  # the first report at or above 70
     assert second.split(" | ")[4] == "not recorded"
+
+
+def test_sf_flags_carry_sample_factorys_own_battle_settings() -> None:
+    flags = learning_vs_sf.sf_flags(learning_vs_sf.FAMILIES["doom_battle"], "doom_battle",
+                                    5_000_000, 0, Path("/tmp/x"))
+    assert _flag(flags, "env") == "doom_battle"
+    assert (_flag(flags, "with_vtrace"), _flag(flags, "normalize_returns")) == ("True", "False")
+    assert (_flag(flags, "batch_size"), float(_flag(flags, "max_grad_norm"))) == ("2048", 0.0)
+    assert _flag(flags, "policy_init_gain") == "1.0"
