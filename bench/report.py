@@ -13,13 +13,29 @@ _HEADER = ("# Benchmarks\n\nFigures come from the `bench/` commands named in eac
            "the machine each section names.\n")
 
 
+# The CPU flags that decide how fast the model's arithmetic runs (AVX2 only, AVX-512, bf16, AMX).
+ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
 def machine(versions: str) -> str:
-    """CPU model, cores, kernel and Python, then ``versions`` (library versions), and the date."""
+    """CPU model, its ISA flags, cores, kernel and Python, then ``versions`` (library
+    versions), and the date."""
     cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(
         ["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines()
         if line.startswith("Model name")), platform.processor())
-    return (f"{cpu}, {os.cpu_count()} cores (shared), Linux {platform.release()}; Python "
-            f"{platform.python_version()}, {versions}; {time.strftime('%Y-%m-%d')}")
+    flags = " ".join(f for f in ISA_FLAGS if f in cpu_flags()) or "no AVX2"
+    return (f"{cpu} ({flags}), {os.cpu_count()} cores (shared), Linux {platform.release()}; "
+            f"Python {platform.python_version()}, {versions}; {time.strftime('%Y-%m-%d')}")
+
+
+def cpu_flags() -> set[str]:
+    """The first CPU's flags in /proc/cpuinfo (empty where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
 
 
 def write_section(section: str, text: str) -> None:
