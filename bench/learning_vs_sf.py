@@ -111,8 +111,9 @@ FAMILIES = {
             "no gradient clipping, two batches in flight, symmetric-KL exploration 0.001, value "
             "clip 0.2), same workers, envs, rollout and seed. Left as each system has it: Sample "
             "Factory runs its inference worker as a third process (sfbus hosts one in each "
-            "rollout process); it ends an episode at the time limit as terminal where sfbus "
-            "bootstraps it. The curves' time axis starts at launch for Sample Factory and at "
+            "rollout process) and decorrelates its envs at start. Neither bootstraps the value "
+            "at Battle's time limit (both `value_bootstrap` off, Sample Factory's default). The "
+            "curves' time axis starts at launch for Sample Factory and at "
             "sfbus's stats actor's start for sfbus; the wall-time column is launch to exit for "
             "both.")),
     "atari_breakout": Family(
