@@ -13,7 +13,7 @@ from components.algo.lr_schedule import LrScheduleName
 
 # field: (low, high, low excluded); NaN fails every comparison, so it is refused too
 _RANGES = {
-    "lr": (0.0, math.inf, True), "gamma": (0.0, 1.0, False), "adam_beta1": (0.0, 1.0, False),
+    "lr": (0.0, 1.0, True), "gamma": (0.0, 1.0, False), "adam_beta1": (0.0, 1.0, False),
     "adam_beta2": (0.0, 1.0, False), "adam_eps": (0.0, math.inf, True),
     "max_grad_norm": (0.0, math.inf, False), "num_epochs": (1, math.inf, False),
     "num_batches_per_epoch": (1, math.inf, False), "vtrace_rho_bar": (0.0, math.inf, True),

@@ -56,8 +56,8 @@ class DataPathParams:
             # a policy's batch could wait forever for slots that hold the others' trajectories
             raise ValueError(f"num_batches_to_accumulate 0 trains one policy, but num_policies "
                              f"is {self.num_policies}; give each policy's batches room (>= 1)")
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if not 0 <= self.seed < 2**63:  # what numpy's and torch's generators take
+            raise ValueError(f"seed must be >= 0 and below 2**63, got {self.seed}")
         if self.num_envs % self.num_splits:
             raise ValueError(f"num_envs ({self.num_envs}) must be divisible by num_splits "
                              f"({self.num_splits})")

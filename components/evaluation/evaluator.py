@@ -59,7 +59,7 @@ from components.envs.action_bounds import bound_actions
 from components.evaluation.episode_player import EpisodePlayer
 from components.models.policy import build_policy
 from components.monitoring.stats import Stats
-from sfbus import Actor, Topology, import_actor_class
+from sfbus import Actor, Interval, Topology, import_actor_class
 from sfbus import metrics as prom
 
 _T = TypeVar("_T")
@@ -118,7 +118,7 @@ class Evaluator(Actor):
     class Params(DataPathParams):
         """The data path's settings (env, model, population size) plus the evaluator's own."""
 
-        interval_s: float = 300.0
+        interval_s: Interval = 300.0
         """Seconds between the starts of evaluation rounds; a round that runs longer delays the
         next one (rounds never overlap)."""
         episodes: int = 10
@@ -139,9 +139,8 @@ class Evaluator(Actor):
 
         def __post_init__(self) -> None:
             super().__post_init__()
-            if self.interval_s <= 0 or self.episodes < 1 or self.min_new_versions < 0:
-                raise ValueError("interval_s must be > 0, episodes >= 1 and min_new_versions "
-                                 ">= 0")
+            if self.episodes < 1 or self.min_new_versions < 0:
+                raise ValueError("episodes must be >= 1 and min_new_versions >= 0")
             known = range(self.num_policies)
             for policy in (*self.policies, *([self.opponent] if self.opponent >= 0 else [])):
                 if policy not in known:

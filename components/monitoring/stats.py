@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from components.datapath.messages import EpisodeFinished, RolloutProgress, TrainingStats
 from components.monitoring.status import progress_bar, status_line
-from sfbus import Actor, ArraySpec, RunRecords, Topology, slot
+from sfbus import Actor, ArraySpec, Interval, RunRecords, Topology, slot
 from sfbus import metrics as prom
 
 # Windows for the frame rate, in seconds (the paper and Sample Factory report 10 s and 60 s).
@@ -47,7 +47,7 @@ class Stats(Actor):
 
     @dataclass(frozen=True)
     class Params:
-        report_every_s: float = 5.0
+        report_every_s: Interval = 5.0
         """Seconds between reports."""
         average_episodes: int = 100
         """Episodes in the moving average of returns (100, as CartPole's 'solved' bar uses)."""

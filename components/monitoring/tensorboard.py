@@ -37,7 +37,7 @@ from components.datapath.messages import (
 )
 from components.monitoring.wandb_sink import WandbConfig, WandbSink
 from components.pbt.messages import HyperparamsChanged
-from sfbus import Actor, slot
+from sfbus import Actor, Interval, slot
 
 # TrainingStats fields written per training step, by tag name (the mean lag keeps its old tag).
 _TRAINING_TAGS = {"lag" if name == "lag_mean" else name: name for name in TRAINING_FIGURES}
@@ -60,7 +60,7 @@ class TensorBoardWriter(Actor):
 
     @dataclass(frozen=True)
     class Params:
-        report_every_s: float = 5.0
+        report_every_s: Interval = 5.0
         """Seconds between writes of episode means and the frame rate (and file flushes)."""
         tensorboard_dir: str = ""
         """Where the event files go; empty: ``<run_dir>/tensorboard``."""

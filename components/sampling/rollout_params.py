@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from components.datapath.settings import DataPathParams
+from sfbus import Interval
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,7 @@ class RolloutParams(DataPathParams):
     policy_mapping: str = "components.sampling.policy_mapping:RandomMapping"
     """With ``num_policies`` > 1: the class (``module:Class``) choosing each agent's policy at
     its episode starts (see :mod:`components.sampling.policy_mapping`)."""
-    progress_interval_s: float = 1.0
+    progress_interval_s: Interval = 1.0
     """Seconds between ``rollout_progress`` reports to the stats actor."""
     inference_timeout_s: float = 3.0
     """A split whose actions did not come within this many seconds (up to twice as many) sends
@@ -44,9 +45,8 @@ class RolloutParams(DataPathParams):
         for name in ("env_recreate_attempts", "max_env_failures_per_minute"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("progress_interval_s", "inference_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not self.inference_timeout_s > 0:
+            raise ValueError(f"inference_timeout_s must be > 0, got {self.inference_timeout_s}")
         if not 0.0 <= self.decorrelate_experience_max_seconds < float("inf"):
             raise ValueError("decorrelate_experience_max_seconds must be >= 0 and finite, got "
                              f"{self.decorrelate_experience_max_seconds}")

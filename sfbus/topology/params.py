@@ -1,7 +1,10 @@
 """Typed conversion of plain YAML data into parameter dataclasses.
 
 Leaf checks are strict (a YAML ``"3"`` is not an int, ``true`` is not an int, an int is a fine
-float). Containers, unions and nested dataclasses are walked here rather than handed whole to
+float, and so is a float an int where it is one exactly: ``1e6``). Numbers are what every reader
+can take: an int fits in 64 bits, a float is finite (a NaN timeout would compare false with
+everything and silently switch its check off), and ``Annotated[..., Range(low, high)]`` bounds
+one. Containers, unions and nested dataclasses are walked here rather than handed whole to
 ``msgspec.convert`` so that an error names the exact sub-path (``layers[2]``), unknown keys in a
 nested dataclass are refused with a suggestion, and ``Literal`` misses get a "did you mean".
 Types this module does not know fall back to ``msgspec.convert(..., strict=True)``.
@@ -11,14 +14,35 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from sfbus.topology.yaml_source import KeyPath
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """Bounds (inclusive) a number parameter must lie within, as ``Annotated`` metadata:
+    ``Annotated[float, Range(0.01, 1e7)]``."""
+
+    low: float
+    high: float
+
+    def check(self, value: float, path: KeyPath) -> None:
+        """Raise :class:`ParamError` unless ``value`` lies within the bounds."""
+        if not self.low <= value <= self.high:
+            raise ParamError(f"expected a number in {self.low:g}..{self.high:g}, got "
+                             f"{describe_value(value)}", path)
+
+
+Interval = Annotated[float, Range(0.01, 1e7)]
+"""Seconds between the ticks of a timer: under 10 ms a timer floods its process (and its
+peers) with work, over 1e7 s (four months) it never ticks in a run."""
 
 
 class ParamError(Exception):
@@ -65,7 +89,7 @@ def type_name(tp: Any) -> str:
 def field_types(cls: type) -> dict[str, Any]:
     """Resolved annotations of a dataclass's init fields (raises TypeError if unresolvable)."""
     try:
-        hints = typing.get_type_hints(cls)
+        hints = typing.get_type_hints(cls, include_extras=True)  # keep Range bounds
     except Exception as error:  # a NameError in a forward reference is the class author's bug
         raise TypeError(f"cannot resolve the field types of {cls.__qualname__}: {error}") from None
     return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls) if f.init}
@@ -131,7 +155,10 @@ def convert(value: Any, tp: Any, path: KeyPath = ()) -> Any:
     if tp is None or tp is type(None):
         return _expect(value is None, None, value, tp, path)
     if origin is typing.Annotated:
-        return convert(value, args[0], path)
+        result = convert(value, args[0], path)
+        for bound in (a for a in args[1:] if isinstance(a, Range)):
+            bound.check(result, path)
+        return result
     if origin is Literal:
         # Compare types too: True == 1 but a YAML 'true' is not the literal 1.
         if any(value == a and type(value) is type(a) for a in args):
@@ -144,11 +171,19 @@ def convert(value: Any, tp: Any, path: KeyPath = ()) -> Any:
     if tp is bool:
         return _expect(isinstance(value, bool), value, value, tp, path)
     if tp is int:
-        return _expect(isinstance(value, int) and not isinstance(value, bool), value, value, tp,
-                       path)
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)  # 1e6
+        _expect(isinstance(value, int) and not isinstance(value, bool), value, value, tp, path)
+        if not -2**63 <= value < 2**63:
+            raise ParamError(f"expected an int of at most 64 bits, got {describe_value(value)}",
+                             path)
+        return value
     if tp is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return _expect(ok, float(value) if ok else None, value, tp, path)
+        _expect(ok, None, value, tp, path)
+        if not math.isfinite(value):
+            raise ParamError(f"expected a finite float, got {describe_value(value)}", path)
+        return float(value)
     if tp is str:
         return _expect(isinstance(value, str), value, value, tp, path)
     if tp in (list, tuple, dict):

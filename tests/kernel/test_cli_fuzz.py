@@ -1,12 +1,15 @@
 """Fuzzing the command line: random flags and ``--set`` paths and values never give a traceback.
 
 Every input either works (exit 0) or is bad input (exit 2, one ``error:`` line); ``run`` is
-fuzzed only up to its checks (an invalid run is refused before anything starts, and a valid one
-is not started: ``--max-frames`` is always bad here).
+fuzzed up to its checks (an invalid run is refused before anything starts, and a valid one is not
+started: ``--max-frames`` is always bad there), and with numbers (NaN, infinities, huge, tiny,
+negative zero, exponents) through to a launched run of the kernel's demo.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,3 +133,33 @@ def test_a_user_env_that_raises_at_validation_is_one_located_error(
         assert err.startswith("error: ") and err.count("\n") == 1, err
         assert "actor 'rollout'" in err and "RuntimeError: my env is broken" in err, err
     assert not (tmp_path / "run").exists()
+
+
+NUMBERS = st.sampled_from(["0", "-0.0", "1", "2", "0.5", "1e1", "1e3", "1e-300", "1e300",
+                           ".nan", "-.inf", ".inf", "9223372036854775808", "-1", "0x10", "1_0"])
+RUN_KNOBS = st.sampled_from(["run.heartbeat_interval_s", "run.heartbeat_timeout_s",
+                             "run.start_timeout_s", "run.stop_timeout_s",
+                             "run.restart_window_s", "run.max_restarts", "count",
+                             "processes.producer.actors.producer.params.slots"])
+
+
+@pytest.mark.multiprocess
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sets=st.lists(st.tuples(RUN_KNOBS, NUMBERS), min_size=1, max_size=2))
+def test_numbers_that_pass_the_checks_reach_a_run_that_ends(
+        sets: list[tuple[str, str]], tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The kernel's demo launched for real with fuzzed numbers: refused (one line, nothing
+    made), or run to its end (0) or to a failure its supervision names (1); never a traceback,
+    never a run that outlives its limit (a 1e-300 s heartbeat once flooded it for ever)."""
+    run_dir = tmp_path_factory.mktemp("fuzz") / "run"
+    overrides = [arg for key, value in sets for arg in ("--set", f"{key}={value}")]
+    done = subprocess.run(
+        [sys.executable, "-m", "sfbus", "run", str(TOPOLOGIES / "sum_demo.yaml"), "--run-dir",
+         str(run_dir), "--max-seconds", "3", *overrides],
+        capture_output=True, text=True, timeout=90, cwd=TOPOLOGIES.parent)
+    assert done.returncode in (0, 1, 2), (sets, done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr, (sets, done.stderr[-3000:])
+    if done.returncode == 2:
+        assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+        assert not run_dir.exists()

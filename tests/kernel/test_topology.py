@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import textwrap
 from pathlib import Path
+from typing import Annotated
 
 import pytest
 
+from sfbus import Interval, Range
 from sfbus.errors import TopologyError
 from sfbus.topology import Location, RunSettings, load_topology
 from sfbus.topology.params import ParamError, convert
@@ -117,9 +119,9 @@ def test_a_setting_named_after_an_actor_points_at_the_actor_parameter_path(load)
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("run.heartbeat_interval_s=0", "heartbeat_interval_s must be a finite number > 0, got 0.0"),
+    ("run.heartbeat_interval_s=0", "expected a number in 0.01..1e+07, got float 0.0"),
     ("run.stop_timeout_s=-1", "stop_timeout_s must be a finite number > 0, got -1.0"),
-    ("run.start_timeout_s=.nan", "start_timeout_s must be a finite number > 0, got nan"),
+    ("run.start_timeout_s=.nan", "expected a finite float, got float nan"),
     ("run.max_restarts=-1", "max_restarts must be >= 0, got -1"),
     ("run.heartbeat_timeout_s=0.5",
      "heartbeat_timeout_s must be > heartbeat_interval_s (1), got 0.5"),
@@ -445,6 +447,10 @@ def test_extends_must_be_a_path(load) -> None:
     (None, int | None, None),
     ("x", int | str, "x"),
     ({"a": [1]}, dict[str, list[int]], {"a": [1]}),
+    (1e6, int, 1_000_000),  # an integer written with an exponent
+    (2**63 - 1, int, 2**63 - 1),
+    (-0.0, float, 0.0),
+    (0.01, Interval, 0.01),
 ])
 def test_convert_accepts(value, tp, expected) -> None:
     assert convert(value, tp) == expected
@@ -456,6 +462,15 @@ def test_convert_accepts(value, tp, expected) -> None:
     ([1], tuple[int, int], "expected tuple[int, int] (2 items), got 1 items"),
     (1.5, int | str, "expected int or str, got float 1.5"),
     ("x" * 50, int, "expected int, got str 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx..."),
+    (1e6 + 0.5, int, "expected int, got float 1000000.5"),
+    (float("nan"), int, "expected int, got float nan"),
+    (2**63, int, "expected an int of at most 64 bits, got int 9223372036854775808"),
+    (-2**63 - 1, int, "expected an int of at most 64 bits, got int -9223372036854775809"),
+    (float("nan"), float, "expected a finite float, got float nan"),
+    (float("-inf"), float | None, "expected a finite float, got float -inf"),
+    ({"a": float("inf")}, dict[str, float], "expected a finite float, got float inf"),
+    (1e-300, Interval, "expected a number in 0.01..1e+07, got float 1e-300"),
+    (0, Annotated[int, Range(1, 8)], "expected a number in 1..8, got int 0"),
 ])
 def test_convert_rejects(value, tp, message: str) -> None:
     with pytest.raises(ParamError) as info:
