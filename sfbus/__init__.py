@@ -3,7 +3,9 @@
 The public kernel API is the names below; everything else in the package is private.
 
 - Writing actors: ``Actor``, ``Signal``, ``slot``, ``NoParams``, ``Message``, ``Empty``;
-  ``ActorContext`` (what a running actor sees: its run, routing table and shared memory).
+  ``ActorContext`` (what a running actor sees: its run, routing table and shared memory);
+  ``Range`` (bounds of a number parameter, as ``Annotated`` metadata) and ``Interval`` (a
+  timer's seconds, 0.01 to 1e7).
 - Shared memory: ``ArraySpec``, ``SharedArray``, ``SlotPool``.
 - Topologies: ``Topology``, ``load_topology`` (a file plus ``--set`` overrides, validated),
   ``validate_topology`` (that, plus the sizes of the run's shared arrays, as ``sfbus validate``),
@@ -12,7 +14,8 @@ The public kernel API is the names below; everything else in the package is priv
   an actor's replica).
 - Runs: ``run`` (``sfbus run`` from Python: a topology file and ``--set`` overrides, run to its
   end in processes that import what the caller can), ``RunLimits`` (``--max-frames`` /
-  ``--max-seconds`` as actors see them),
+  ``--max-seconds`` as actors see them), ``STOP_WITH_PARENT_ENV`` (set it to your pid in the
+  environment of an ``sfbus run`` you start, and the run stops when you die),
   ``new_run_dir`` and ``make_private_dir`` (run folders only this user can read).
 - Run records: ``RunRecord`` (a run-wide fact, computed once at launch from the topology: list
   its type in an actor class's ``records``, read it as ``context.records[Type]`` in any process,
@@ -36,7 +39,7 @@ from sfbus.errors import (
     SlotPoolExhausted,
     TopologyError,
 )
-from sfbus.launch import run
+from sfbus.launch import STOP_WITH_PARENT_ENV, run
 from sfbus.messages import Empty, Message
 from sfbus.procfs import command_lines
 from sfbus.ratelimit import RateLimitedLog
@@ -47,9 +50,11 @@ from sfbus.shm import ArraySpec, SharedArray
 from sfbus.slot_pool import SlotPool
 from sfbus.topology import Topology, import_actor_class, load_topology
 from sfbus.topology.imports import ImportPathError, import_object
+from sfbus.topology.params import Interval, Range
 from sfbus.validation import validate_topology
 
 __all__ = [
+    "STOP_WITH_PARENT_ENV",
     "Actor",
     "ActorContext",
     "ActorDeadError",
@@ -58,8 +63,10 @@ __all__ = [
     "Empty",
     "FrameError",
     "ImportPathError",
+    "Interval",
     "Message",
     "NoParams",
+    "Range",
     "RateLimitedLog",
     "RunDirError",
     "RunFailed",

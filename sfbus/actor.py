@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import inspect
 import logging
@@ -119,6 +120,8 @@ class Actor:
         self._running = False
         self._early: list[tuple[Callable[[Any], Any], Message]] = []
         self._failures_logged: dict[str, float] = {}
+        self._failure_times: collections.deque[float] = collections.deque()
+        self._advances: dict[str, int] = {}
         self._bound_signals = {
             n: BoundSignal(self, s) for n, s in _class_signals(type(self)).items()}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -232,9 +235,19 @@ class Actor:
         os._exit(1)
 
     def report_progress(self, frames: int) -> None:
-        """Add ``frames`` to the run's progress counter (what ``--max-frames`` counts)."""
+        """Add ``frames`` to the run's progress counter (what ``--max-frames`` counts); they are
+        also this actor's advance of kind ``frames``."""
+        self.report_advance("frames", frames)
         if self.context is not None:
             self.context.add_progress(frames)
+
+    def report_advance(self, kind: str, amount: int = 1) -> None:
+        """Count ``amount`` of this actor's progress of ``kind`` (``"trained batches"``).
+
+        Once an actor has reported a kind (``amount`` 0 declares it, say in ``on_start``), the
+        supervisor watches it: a count that stands still for ``run.progress_timeout_s`` ends the
+        run with exit 1, naming the actor, the kind and what the actor last did."""
+        self._advances[kind] = self._advances.get(kind, 0) + amount
 
     # ----- kernel plumbing (private) -------------------------------------------------------
 
@@ -281,6 +294,12 @@ class Actor:
             except Exception as error:
                 self.report_failure(method.__name__, error)
 
+    def note(self, what: str) -> None:
+        """Say what this actor is doing now: the supervisor names it where it reports the
+        actor's process hung, or killed it at its stop timeout (a slot's call or a timer's tick
+        replaces it)."""
+        self._touch(what)
+
     def _touch(self, what: str) -> None:
         self._last_activity = monotonic()
         self._last_activity_what = what
@@ -294,7 +313,9 @@ class Actor:
         """Log a failure of this actor's code and tell ``on_failure`` and the supervisor.
 
         The kernel calls it for slots, timers and owned tasks that raise; call it yourself for
-        callbacks you schedule outside those (``loop.call_soon``).
+        callbacks you schedule outside those (``loop.call_soon``). Past the run's budget
+        (``run.max_actor_failures`` within ``run.actor_failure_window_s``) the actor's process
+        ends (exit 1): its restart policy restarts it, or the run fails.
         """
         # The first failure of each place is logged with its traceback; repeats once a minute.
         now = time.monotonic()
@@ -308,6 +329,22 @@ class Actor:
             self.log.exception("%s.on_failure raised", self.name)
         for listener in self._failure_listeners:
             listener(self, where, error)
+        self._count_failure(now, where, error)
+
+    def _count_failure(self, now: float, where: str, error: BaseException) -> None:
+        """Past the run's failure budget, end this actor's process: contained failures that go
+        on for ever are a fault that never heals."""
+        if self.context is None:
+            return
+        run = self.context.table.topology.run
+        times = self._failure_times
+        times.append(now)
+        while now - times[0] > run.actor_failure_window_s:
+            times.popleft()
+        if run.max_actor_failures and len(times) > run.max_actor_failures:
+            self.fail_process(f"{len(times)} failures within {run.actor_failure_window_s:g} s "
+                              f"(run.max_actor_failures {run.max_actor_failures}), the last in "
+                              f"{where}: {error!r}")
 
     async def _start(self) -> None:
         self._touch("on_start")

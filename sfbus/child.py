@@ -54,6 +54,25 @@ def _die_with_parent() -> None:
     _watch_parent()
 
 
+def stop_when_parent_exits(parent_pid: str) -> None:
+    """SIGTERM this process once when its parent, pid ``parent_pid``, exits, however it exits:
+    a graceful stop. (Not the kernel's parent-death signal: it comes again for each thread of
+    a parent that has several, and a run takes a second SIGTERM as "force".) Exits at once if
+    that parent is gone already."""
+    if str(os.getppid()) != parent_pid:
+        os._exit(1)
+    try:
+        parent = os.pidfd_open(int(parent_pid))
+    except (AttributeError, OSError, ValueError):  # no pidfd (old kernel, not Linux)
+        return
+
+    def watch() -> None:
+        select.select([parent], [], [])  # readable once the parent has exited
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def _watch_parent() -> None:
     """End this process when the supervisor dies even if its event loop is blocked: SIGTERM is
     handled by that loop, so a thread waits on the parent and, after a grace period, kills this
@@ -82,7 +101,7 @@ def _configure_logging(run_dir: Path, process: str) -> None:
     logging.getLogger().addHandler(handler)
 
 
-async def _main(run_dir: Path, process: str) -> None:
+async def _main(run_dir: Path, process: str) -> list[str]:
     from sfbus.topology import load_topology
 
     manifest = read_manifest(run_dir)
@@ -107,6 +126,7 @@ async def _main(run_dir: Path, process: str) -> None:
     )
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, host.stop_requested.set)
     await host.run()
+    return host.lost
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,11 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     _die_with_parent()
     _configure_logging(run_dir, process)
     try:
-        run(_main(run_dir, process))
+        lost = run(_main(run_dir, process))
     except Exception:
         logging.getLogger(__name__).exception("process %s failed", process)
         return 1
-    return 0
+    return 1 if lost else 0  # work lost at stop: the run must not look finished
 
 
 if __name__ == "__main__":

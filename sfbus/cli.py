@@ -165,10 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run a topology", description=cmd_run.__doc__)
-    _topology_args(run)
+    _topology_args(run, optional=True)
     run.add_argument("--run-dir", help="run directory (default: runs/<topology>-<time>)")
     run.add_argument("--resume", metavar="RUN_DIR",
-                     help="continue the run in RUN_DIR (actors restore their checkpoints)")
+                     help="continue the run in RUN_DIR with the topology and settings it ran "
+                          "with (actors restore their checkpoints; a --set changes what it "
+                          "names; the topology file may be left out)")
     run.add_argument("--metrics-port", type=_port, default=None,
                      help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)")
     run.add_argument("--max-seconds", type=_positive(float), default=None,
@@ -204,8 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _topology_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("topology", help="topology YAML file")
+def _topology_args(parser: argparse.ArgumentParser, optional: bool = False) -> None:
+    if optional:
+        parser.add_argument("topology", nargs="?", help="topology YAML file (not needed with "
+                                                        "--resume)")
+    else:
+        parser.add_argument("topology", help="topology YAML file")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="override a setting or parameter (repeatable)")
 

@@ -89,11 +89,13 @@ class Started(Control, frozen=True):
 
 
 class Heartbeat(Control, frozen=True):
-    """A process is alive; carries its progress and each actor's last activity."""
+    """A process is alive; carries its progress, each actor's last activity (seconds ago, what)
+    and each actor's counts of the kinds of progress it reports (``Actor.report_advance``)."""
 
     process: str
     progress: int
     activity: dict[str, tuple[float, str]]
+    advances: dict[str, dict[str, int]] = {}
 
 
 class ActorFailed(Control, frozen=True):

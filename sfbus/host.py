@@ -65,6 +65,8 @@ class ProcessHost:
         self.progress = 0
         self.stop_requested = asyncio.Event()
         self.stop_reason = ""
+        self.lost: list[str] = []
+        """What the actors could not finish at stop (their ``on_stop`` raised)."""
         self.start_requested = asyncio.Event()
         self.actors: list[Actor] = []
         self.bus: Bus | None = None
@@ -112,12 +114,16 @@ class ProcessHost:
         self._tasks.append(asyncio.ensure_future(self._heartbeat()))
 
     async def stop(self) -> None:
-        """Stop actors in reverse order, flush what they sent, and close every socket."""
+        """Stop actors in reverse order, flush what they sent, and close every socket. An
+        ``on_stop`` that raises lost what it was to finish (a final checkpoint): it is told to
+        the supervisor and kept in ``lost``."""
         for actor in reversed(self.actors):
             try:
                 await actor._stop()
-            except Exception:
+            except Exception as error:
                 log.exception("%s.on_stop raised", actor.name)
+                self.lost.append(f"{actor.name}.on_stop raised {type(error).__name__}: {error}")
+                self._on_actor_failure(actor, "on_stop", error)
         self._publish_metrics()
         if self.bus is not None:
             try:
@@ -188,7 +194,8 @@ class ProcessHost:
             now = time.monotonic()
             activity = {a.name: (now - a._last_activity, a._last_activity_what)
                         for a in self.actors}
-            self._send(Heartbeat(self.name, self.progress, activity))
+            advances = {a.name: dict(a._advances) for a in self.actors if a._advances}
+            self._send(Heartbeat(self.name, self.progress, activity, advances))
             if tick % ticks_per_publish == 0:
                 self._publish_metrics()
             tick += 1

@@ -14,7 +14,7 @@ from sfbus.rundir import RunLimits
 from sfbus.topology.model import Topology
 
 
-def run(topology: str | os.PathLike[str], overrides: Sequence[str] = (), *,
+def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), *,
         run_dir: str | os.PathLike[str] | None = None,
         resume: str | os.PathLike[str] | None = None, max_seconds: float | None = None,
         max_frames: int | None = None, metrics_port: int | None = None,
@@ -22,6 +22,10 @@ def run(topology: str | os.PathLike[str], overrides: Sequence[str] = (), *,
     """Validate the topology file ``topology`` with ``--set``-style ``overrides``
     (``"key=value"``) and run it to its end; returns the exit code (0 finished, 1 failed at run
     time, 130 interrupted), as ``sfbus run`` with the same arguments.
+
+    With ``resume``, the run's own snapshot (its topology and settings as it ran) runs again,
+    ``overrides`` changing only what they name (recorded in the run's ``history.jsonl``);
+    ``topology`` may then be None, or must be the same topology.
 
     Call it from the main thread, outside any event loop: the run's processes are started from
     here (with ``serial``, every actor runs on one loop in this process instead). They inherit
@@ -32,40 +36,62 @@ def run(topology: str | os.PathLike[str], overrides: Sequence[str] = (), *,
     """
     from sfbus.loop import run as run_loop
     from sfbus.routing import RoutingTable
-    from sfbus.rundir import RunDirLock, check_run_dir, new_run_dir
+    from sfbus.rundir import RunDirLock, append_history, check_run_dir, new_run_dir
     from sfbus.supervisor import RunOptions, Supervisor
     from sfbus.validation import check_shared_memory, read_topology
 
     _check_limits(max_seconds, max_frames, metrics_port)
-    loaded = read_topology(os.fspath(topology), tuple(overrides))
-    _check_actors_limits(loaded, RunLimits(max_frames, max_seconds))
-    # impossible sizes are bad input: check before starting
-    check_shared_memory(RoutingTable(loaded).array_specs(), free=True)
-    port = loaded.run.metrics_port if metrics_port is None else metrics_port
-    _check_port_free(loaded.run.metrics_host, port)
-    if resume:
-        if run_dir and Path(run_dir).resolve() != Path(resume).resolve():
-            raise BadInput(f"--resume {resume} --run-dir {run_dir}: a resumed run stays in its "
-                           "own directory; give one of them")
-        _check_same_topology(Path(resume), loaded.name)
-    if resume or run_dir:
-        directory = Path(resume or run_dir)  # type: ignore[arg-type]
-        check_run_dir(directory, resume=bool(resume))
-    else:
-        rank = _node_rank()
-        name = loaded.name if rank is None else f"{loaded.name}-rank{rank}"
-        directory = new_run_dir(_file_name(name))
-    lock = RunDirLock(directory)  # held until this process exits
-    options = RunOptions(run_dir=directory, max_seconds=max_seconds, max_frames=max_frames,
-                         metrics_port=port)
+    if STOP_WITH_PARENT_ENV in os.environ:  # a sweep's run: it ends when the sweep dies
+        from sfbus.child import stop_when_parent_exits
+
+        stop_when_parent_exits(os.environ[STOP_WITH_PARENT_ENV])
+    lock: RunDirLock | None = None  # held until this process exits
     try:
+        if resume:
+            if run_dir and Path(run_dir).resolve() != Path(resume).resolve():
+                raise BadInput(f"--resume {resume} --run-dir {run_dir}: a resumed run stays in "
+                               "its own directory; give one of them")
+            directory = Path(resume)
+            check_run_dir(directory, resume=True)
+            lock = RunDirLock(directory)  # a run still using it: refused before it is read
+            loaded = read_topology(str(directory / "topology.yaml"), tuple(overrides))
+            if topology is not None:
+                _check_given_file(directory, os.fspath(topology), tuple(overrides), loaded)
+            _check_actors_resume(loaded, directory)
+        elif topology is None:
+            raise BadInput("sfbus run: give a topology file, or --resume RUN_DIR")
+        else:
+            loaded = read_topology(os.fspath(topology), tuple(overrides))
+        _check_actors_limits(loaded, RunLimits(max_frames, max_seconds))
+        # impossible sizes are bad input: check before starting
+        check_shared_memory(RoutingTable(loaded).array_specs(), free=True)
+        port = loaded.run.metrics_port if metrics_port is None else metrics_port
+        _check_port_free(loaded.run.metrics_host, port)
+        if lock is None:  # a new run: its directory is made only now, all checks passed
+            if run_dir:
+                directory = Path(run_dir)
+                check_run_dir(directory, resume=False)
+            else:
+                rank = _node_rank()
+                name = loaded.name if rank is None else f"{loaded.name}-rank{rank}"
+                directory = new_run_dir(_file_name(name))
+            lock = RunDirLock(directory)
+        append_history(directory, "resume" if resume else "start", overrides)
+        options = RunOptions(run_dir=directory, max_seconds=max_seconds, max_frames=max_frames,
+                             metrics_port=port, lock_fd=lock.fd)
         if serial:
             from sfbus.serial import run_serial
 
             return int(run_loop(run_serial(loaded, loaded.document, options)))
         return int(run_loop(Supervisor(loaded, loaded.document, options).run()))
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
+
+
+STOP_WITH_PARENT_ENV = "SFBUS_STOP_WITH_PARENT"
+"""Environment variable: the pid of the process that started this run (a sweep); the run stops
+gracefully when that process dies, however it dies (SIGKILL included)."""
 
 
 def _check_actors_limits(topology: Topology, limits: RunLimits) -> None:
@@ -101,20 +127,47 @@ def _node_rank() -> int | None:
     return None
 
 
-def _check_same_topology(run_dir: Path, name: str) -> None:
-    """``--resume`` continues a run of the same topology, never another one in its place."""
-    from sfbus.topology import load_topology
+def _check_given_file(run_dir: Path, file: str, overrides: tuple[str, ...],
+                      resumed: Topology) -> None:
+    """A topology file given with ``--resume`` must be the run's topology; where it differs from
+    the run's own settings, say once that it is not used (the run keeps its settings)."""
+    import sys
 
-    snapshot = run_dir / "topology.yaml"
-    if not snapshot.is_file():
-        return  # not a run: check_run_dir says so
-    try:
-        resumed = load_topology(snapshot).name
-    except BadInput:
-        return  # an unreadable snapshot: the actors' own restore reports what they cannot read
-    if resumed != name:
+    from sfbus.validation import read_topology
+
+    given = read_topology(file, overrides)
+    if given.name != resumed.name:
         raise BadInput(f"--resume {run_dir}: that directory holds a run of topology "
-                       f"{resumed!r}, not {name!r}; resume it with its own topology file")
+                       f"{resumed.name!r}, not {given.name!r}; resume it without a file, or "
+                       "with its own")
+    differ = _differences(resumed.document, given.document)
+    if differ:
+        shown = ", ".join(differ[:5]) + (", ..." if len(differ) > 5 else "")
+        print(f"note: --resume {run_dir} runs the run's own topology and settings; {file} "
+              f"differs at {shown} and is not used (change a setting with --set KEY=VALUE)",
+              file=sys.stderr)
+
+
+def _differences(a: object, b: object, path: str = "") -> list[str]:
+    """The key paths where two documents differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for key in sorted(a.keys() | b.keys(), key=str)
+                for d in _differences(a.get(key), b.get(key), f"{path}.{key}" if path else
+                                      str(key))]
+    return [] if a == b else [path or "(the whole document)"]
+
+
+def _check_actors_resume(topology: Topology, run_dir: Path) -> None:
+    """An actor whose parameters define ``check_resume(run_dir)`` may refuse to continue what
+    the run left (a checkpoint of another model shape): bad input before anything starts."""
+    for process in topology.processes:
+        for actor in process.actors:
+            check = getattr(actor.params, "check_resume", None)
+            if callable(check):
+                try:
+                    check(run_dir)
+                except ValueError as error:
+                    raise BadInput(f"--resume {run_dir}: actor '{actor.name}': {error}") from None
 
 
 def _file_name(name: str) -> str:

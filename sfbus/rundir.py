@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -80,14 +82,17 @@ def new_run_dir(topology_name: str, parent: Path = Path("runs")) -> Path:
 
 def check_run_dir(path: Path, *, resume: bool) -> None:
     """Refuse a run directory that cannot be one (raises :class:`RunDirError`, nothing changed):
-    ``--resume`` needs a run's directory; a new run needs a new, empty or earlier run's one."""
+    ``--resume`` needs a run's directory; a new run needs a new or empty one."""
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise RunDirError(f"{path}: not a directory")
     is_run = (path / "run.json").is_file()
     if resume:
         if not is_run:
             raise RunDirError(f"--resume {path}: not a run directory (no run.json)")
-    elif path.exists() and not is_run and any(path.iterdir()):
+    elif is_run:  # a new run there would replace the old one's snapshot and mix its files
+        raise RunDirError(f"--run-dir {path}: holds a run already; continue it with --resume "
+                          f"{path}, or choose a new directory")
+    elif path.exists() and any(path.iterdir()):
         raise RunDirError(f"--run-dir {path}: the directory is not empty and holds no run; "
                           "choose a new or empty directory")
     try:
@@ -147,6 +152,15 @@ def write_snapshot(run_dir: Path, document: dict) -> Path:
     snapshot = run_dir / "topology.yaml"
     snapshot.write_text(dump_yaml(document))
     return snapshot
+
+
+def append_history(run_dir: Path, event: str, overrides: Sequence[str]) -> None:
+    """Add a line to ``history.jsonl``: when the run was started or resumed, and with which
+    ``--set`` overrides (a resumed run keeps its own settings but these)."""
+    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "event": event,
+              "set": list(overrides)}
+    with (run_dir / "history.jsonl").open("a") as file:
+        file.write(json.dumps(record) + "\n")
 
 
 def read_manifest(run_dir: str | Path) -> Manifest:

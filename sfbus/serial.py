@@ -8,6 +8,7 @@ the actors write). There is no supervision: a crash ends the run.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import time
 
@@ -24,6 +25,8 @@ from sfbus.rundir import (
 from sfbus.shm import SharedMemory, new_run_id
 from sfbus.supervisor import ExitCode, RunOptions
 from sfbus.topology.model import Topology
+
+log = logging.getLogger(__name__)
 
 
 async def run_serial(topology: Topology, document: dict, options: RunOptions) -> ExitCode:
@@ -59,6 +62,9 @@ async def run_serial(topology: Topology, document: dict, options: RunOptions) ->
             if interrupted.is_set():
                 outcome = ExitCode.INTERRUPTED
             await host.stop()
+            if host.lost:
+                log.error("run failed: work lost at stop: %s", "; ".join(host.lost))
+                outcome = ExitCode.FAILED
         finally:
             shm.unlink()
     return outcome

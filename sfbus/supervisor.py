@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import ipaddress
 import logging
 import math
 import os
@@ -81,6 +82,9 @@ class RunOptions:
     max_seconds: float | None = None
     max_frames: int | None = None
     metrics_port: int | None = None
+    lock_fd: int | None = None
+    """The run directory's lock (``RunDirLock``): every process of the run inherits it, so the
+    directory stays locked until the last of them has exited, even past a killed launcher."""
 
 
 @dataclass
@@ -95,6 +99,8 @@ class _Child:
     progress: int = 0
     progress_base: int = 0
     restarts: deque[float] = field(default_factory=deque)
+    lost_at_stop: bool = False
+    """An actor of it reported that its ``on_stop`` raised."""
     control: zmq.Socket | None = None
     waiter: asyncio.Task[int] | None = None
 
@@ -113,8 +119,13 @@ class Supervisor:
         self.children = {name: _Child(name) for name in self.table.processes}
         self.outcome: ExitCode | None = None
         self.reason = ""
+        self.lost: list[str] = []
+        """What processes could not finish at stop (an ``on_stop`` raised, a process killed at
+        its stop timeout or exiting with an error): the run then fails, whatever ended it."""
         self.done = asyncio.Event()
         self._interrupts = 0
+        self._advanced: dict[tuple[str, str], tuple[int, float, str]] = {}
+        """(actor, kind) -> (its count, when it last changed, the actor's process)."""
         self._warn = RateLimitedLog(log)
         self._zmq = zmq.asyncio.Context()
 
@@ -143,6 +154,9 @@ class Supervisor:
                 await self._stop_all()
                 receiver.cancel()
                 await asyncio.gather(receiver, return_exceptions=True)
+            if self.lost:
+                self.outcome = ExitCode.FAILED
+                self.reason = f"{self.reason}, but work was lost at stop: {'; '.join(self.lost)}"
         except RunFailed as error:
             self._finish(ExitCode.FAILED, str(error))
         finally:
@@ -184,8 +198,12 @@ class Supervisor:
         if port is None:
             port = self.settings.metrics_port
         if port:
-            _server, bound = metrics.serve(self.settings.metrics_host, port)
-            log.info("metrics at http://%s:%d/metrics", self.settings.metrics_host, bound)
+            host = self.settings.metrics_host
+            _server, bound = metrics.serve(host, port)
+            log.info("metrics at http://%s:%d/metrics", host, bound)
+            if not _is_loopback(host):
+                log.warning("metrics are served on %s, beyond this machine's loopback: anyone "
+                            "who can reach port %d reads them (docs/SECURITY.md)", host, bound)
 
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -199,9 +217,14 @@ class Supervisor:
             self._finish(ExitCode.INTERRUPTED, f"interrupted by {signal.Signals(signum).name}")
         else:
             log.warning("second %s: killing every process", signal.Signals(signum).name)
-            for child in self.children.values():
-                if child.proc is not None and child.proc.returncode is None:
-                    _kill_group(child.proc.pid)
+            alive = [c for c in self.children.values()
+                     if c.proc is not None and c.proc.returncode is None]
+            for child in alive:
+                child.lost_at_stop = True
+                _kill_group(child.proc.pid)
+            if alive:
+                self.lost.append(f"a second {signal.Signals(signum).name} killed "
+                                 f"{', '.join(c.name for c in alive)} before its stop ended")
 
     def _finish(self, outcome: ExitCode, reason: str) -> None:
         if self.outcome is None:
@@ -229,6 +252,7 @@ class Supervisor:
         child.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "sfbus.child", str(self.run_dir), child.name,
             stdin=subprocess.DEVNULL, start_new_session=True, env=child_environment(),
+            pass_fds=() if self.options.lock_fd is None else (self.options.lock_fd,),
         )
         if child.control is None:
             child.control = self._zmq.socket(zmq.PUSH)
@@ -258,6 +282,7 @@ class Supervisor:
             if self.options.max_frames is not None and self.progress() >= self.options.max_frames:
                 self._finish(ExitCode.FINISHED, f"reached --max-frames {self.options.max_frames}")
             self._check_heartbeats(now)
+            self._check_advances(now)
 
     def progress(self) -> int:
         """Progress reported by every process, restarts included."""
@@ -279,13 +304,26 @@ class Supervisor:
                 _kill_group(child.proc.pid)
                 continue
             if child.started and age > self.settings.heartbeat_timeout_s and not self.done.is_set():
-                last = max(child.activity.items(), key=lambda kv: -kv[1][0], default=None)
-                what = f"; last activity: {last[0]} {last[1][1]!r}" if last else ""
                 log.error("process %s stopped heart-beating %.1f s ago%s; killing it",
-                          child.name, age, what)
+                          child.name, age, _last_activity(child))
                 child.started = False
                 if child.proc is not None and child.proc.returncode is None:
                     _kill_group(child.proc.pid)
+
+    def _check_advances(self, now: float) -> None:
+        """End the run when a kind of progress an actor counts stood still too long."""
+        timeout = self.settings.progress_timeout_s
+        if not timeout or self.done.is_set():
+            return
+        for (actor, kind), (count, changed, process) in self._advanced.items():
+            if now - changed > timeout:
+                activity = self.children[process].activity.get(actor)
+                what = (f"; last activity: {activity[1]!r} ({activity[0]:.0f} s before its "
+                        f"last heartbeat)" if activity else "")
+                self._finish(ExitCode.FAILED,
+                             f"no progress: {actor} (process {process}) counted {count:,} {kind} "
+                             f"and no more for {timeout:g} s{what}")
+                return
 
     def _on_exit(self, child: _Child, task: asyncio.Task[int]) -> None:
         if child.proc is not None:
@@ -341,12 +379,20 @@ class Supervisor:
             child.started = True
             child.last_heartbeat = time.monotonic()
         elif isinstance(message, Heartbeat):
-            child.last_heartbeat = time.monotonic()
+            child.last_heartbeat = now = time.monotonic()
             child.progress = message.progress
             child.activity = dict(message.activity)
+            for actor, counts in message.advances.items():
+                for kind, count in counts.items():
+                    seen = self._advanced.get((actor, kind))
+                    if seen is None or seen[0] != count:  # a restarted actor counts anew
+                        self._advanced[(actor, kind)] = (count, now, child.name)
         elif isinstance(message, ActorFailed):
             self._warn.warning(f"failed:{message.actor}:{message.where}", "%s.%s raised: %s",
                                message.actor, message.where, message.error)
+            if message.where == "on_stop":
+                child.lost_at_stop = True
+                self.lost.append(f"{message.actor}.on_stop raised {message.error}")
         elif isinstance(message, StopRequested):
             self._finish(ExitCode.FINISHED,
                          f"{message.actor} asked to stop" + (f": {message.reason}"
@@ -370,13 +416,35 @@ class Supervisor:
         waiters = [c.waiter for c in running if c.waiter is not None]
         if waiters:
             _, pending = await asyncio.wait(waiters, timeout=self.settings.stop_timeout_s)
-            for child in running:
-                if child.proc is not None and child.proc.returncode is None:
-                    log.warning("process %s did not stop within %g s; killing it", child.name,
-                                self.settings.stop_timeout_s)
-                    _kill_group(child.proc.pid)
+            killed = [c for c in running if c.proc is not None and c.proc.returncode is None]
+            for child in killed:
+                what = (f"process {child.name} did not stop within "
+                        f"{self.settings.stop_timeout_s:g} s and was killed"
+                        f"{_last_activity(child)}")
+                log.error("%s", what)
+                self.lost.append(what)
+                _kill_group(child.proc.pid)
             if pending:
                 await asyncio.wait(pending, timeout=5.0)
+            await asyncio.sleep(0.05)  # what they said before exiting reaches the receiver
+            for child in running:  # an error at stop its actors did not report themselves
+                code = child.proc.returncode if child.proc is not None else None
+                if child not in killed and code and not child.lost_at_stop:
+                    self.lost.append(f"process {child.name} exited with code {code} at stop")
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or a name) is this machine's loopback only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name
+        return host == "localhost"
+
+
+def _last_activity(child: _Child) -> str:
+    """``; last activity: ACTOR 'WHAT'`` for the process's most recently active actor."""
+    last = max(child.activity.items(), key=lambda kv: -kv[1][0], default=None)
+    return f"; last activity: {last[0]} {last[1][1]!r}" if last else ""
 
 
 def _kill_group(pid: int) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sfbus.topology.params import Interval
+
 RestartPolicy = Literal["always", "on-failure", "never"]
 DeliveryMode = Literal["broadcast", "any", "local"]
 
@@ -79,7 +81,7 @@ class ConnectionSpec:
 class RunSettings:
     """Supervision settings of a run (the topology's ``run:`` section)."""
 
-    heartbeat_interval_s: float = 1.0
+    heartbeat_interval_s: Interval = 1.0
     """Seconds between a process's heartbeats."""
     heartbeat_timeout_s: float = 30.0
     """A started process silent this long is reported and killed (then restarted)."""
@@ -92,6 +94,17 @@ class RunSettings:
     """Restarts of one process allowed within ``restart_window_s``; one more fails the run."""
     restart_window_s: float = 60.0
     """The sliding window the restarts are counted in."""
+    max_actor_failures: int = 50
+    """Failures one actor's code may have within ``actor_failure_window_s`` (slots, timers,
+    tasks that raise, which the kernel contains): one more ends the actor's process (exit 1),
+    which its restart policy restarts or which fails the run. 0: no limit."""
+    actor_failure_window_s: float = 300.0
+    """The sliding window an actor's failures are counted in."""
+    progress_timeout_s: float = 300.0
+    """A kind of progress an actor counts (``Actor.report_advance``: env frames, trained
+    batches, ...) that stands still this long ends the run with exit 1, naming the actor and
+    what it last did; longer than any pause a run makes on purpose (a checkpoint, a PBT
+    exchange). 0: not watched."""
     metrics_port: int = 0
     """Serve Prometheus metrics on this TCP port (0: off)."""
     metrics_host: str = "127.0.0.1"
@@ -103,9 +116,18 @@ class RunSettings:
             value = getattr(self, name)
             if not 0 < value < float("inf"):
                 raise ValueError(f"{name} must be a finite number > 0, got {value}")
+        if not 0 <= self.progress_timeout_s < float("inf"):
+            raise ValueError(f"progress_timeout_s must be >= 0 (0: not watched), got "
+                             f"{self.progress_timeout_s}")
         if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
             raise ValueError(f"heartbeat_timeout_s must be > heartbeat_interval_s "
                              f"({self.heartbeat_interval_s:g}), got {self.heartbeat_timeout_s:g}")
+        if self.max_actor_failures < 0:
+            raise ValueError(f"max_actor_failures must be >= 0 (0: no limit), got "
+                             f"{self.max_actor_failures}")
+        if not 0 < self.actor_failure_window_s < float("inf"):
+            raise ValueError(f"actor_failure_window_s must be a finite number > 0, got "
+                             f"{self.actor_failure_window_s}")
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
         if not 0 <= self.metrics_port <= 65535:

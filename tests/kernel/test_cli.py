@@ -169,7 +169,8 @@ def test_a_run_directory_in_use_is_refused_naming_its_pid(
 def test_shared_arrays_no_file_can_hold_are_bad_input(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cartpole = str(Path(__file__).parents[2] / "topologies" / "cartpole.yaml")
-    huge = ["--set", "num_envs=100000000000000000000000"]  # was: ok, then OverflowError at run
+    # was: ok, then OverflowError at run (2**62: an int of 64 bits, refused beyond that)
+    huge = ["--set", "num_envs=4611686018427387904"]
     assert main(["validate", cartpole, *huge]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
@@ -205,8 +206,9 @@ def test_resume_with_another_topology_is_refused_and_the_run_left_alone(
     assert main(["run", SUM_DEMO, "--resume", str(run_dir)]) == 2
     assert capsys.readouterr().err == (
         f"error: --resume {run_dir}: that directory holds a run of topology 'other_demo', not "
-        "'sum_demo'; resume it with its own topology file\n")
-    assert sorted(p.name for p in run_dir.iterdir()) == before
+        "'sum_demo'; resume it without a file, or with its own\n")
+    # the same files (a run directory's lock file aside, which every run has)
+    assert sorted(p.name for p in run_dir.iterdir() if p.name != "lock") == before
     assert (run_dir / "topology.yaml").read_text() == snapshot
 
 
@@ -312,3 +314,64 @@ def test_replicas_beyond_any_machine_are_refused_at_once(
     assert main(["validate", SUM_DEMO, "--set", "processes.producer.replicas=1000000"]) == 2
     assert capsys.readouterr().err == ("error: --set: processes.producer.replicas: expected an "
                                        "int in 1..1024, got 1000000\n")
+
+
+def _finished_demo_run(tmp_path: Path, *sets: str) -> Path:
+    """A short real run of the kernel's demo, started with ``sets``; its directory."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    args = [a for text in sets for a in ("--set", text)]
+    done = subprocess.run([sys.executable, "-m", "sfbus", "run", SUM_DEMO, "--run-dir",
+                           str(run_dir), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return run_dir
+
+
+@pytest.mark.multiprocess
+def test_resume_runs_the_runs_own_settings_and_records_what_a_set_changes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import yaml
+
+    run_dir = _finished_demo_run(tmp_path, "count=300", "processes.producer.restart=never")
+
+    def snapshot() -> dict:
+        return yaml.safe_load((run_dir / "topology.yaml").read_text())
+
+    assert snapshot()["settings"]["count"] == 300
+    # no file: the run's own topology and settings; a --set changes only what it names
+    assert main(["run", "--resume", str(run_dir), "--set", "count=400"]) == 0
+    assert snapshot()["settings"]["count"] == 400
+    assert snapshot()["processes"]["producer"]["restart"] == "never"  # kept as started
+    # with the file, whose settings differ: said once, and the run keeps its own
+    assert main(["run", SUM_DEMO, "--resume", str(run_dir)]) == 0
+    err = capsys.readouterr().err
+    assert (f"note: --resume {run_dir} runs the run's own topology and settings; {SUM_DEMO} "
+            "differs at processes.producer.restart, settings.count and is not used") in err
+    assert snapshot()["settings"]["count"] == 400
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    assert [(h["event"], h["set"]) for h in history] == [
+        ("start", ["count=300", "processes.producer.restart=never"]),
+        ("resume", ["count=400"]), ("resume", [])]
+
+
+@pytest.mark.multiprocess
+def test_a_new_run_in_an_existing_runs_directory_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = _finished_demo_run(tmp_path, "count=300")
+    before = (run_dir / "topology.yaml").read_text()
+    assert main(["run", SUM_DEMO, "--run-dir", str(run_dir)]) == 2  # it replaced the snapshot
+    assert capsys.readouterr().err == (
+        f"error: --run-dir {run_dir}: holds a run already; continue it with --resume {run_dir}, "
+        "or choose a new directory\n")
+    assert (run_dir / "topology.yaml").read_text() == before
+
+
+def test_run_without_a_topology_or_resume_is_one_error_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run"]) == 2
+    assert capsys.readouterr().err == (
+        "error: sfbus run: give a topology file, or --resume RUN_DIR\n")

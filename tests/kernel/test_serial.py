@@ -38,6 +38,9 @@ def test_serial_cartpole_trains_to_its_frame_limit_and_checkpoints(tmp_path: Pat
     done = serial_run("cartpole.yaml", tmp_path / "run", "--max-frames", "2000")
     assert done.returncode == 0, done.stderr
     assert list((tmp_path / "run" / "checkpoints" / "policy_0").glob("checkpoint_*.pt"))
-    # a serial run's directory is a run's: a second run into it is refused only while in use
+    # a serial run's directory is a run's: a new run into it is refused, a --resume continues
     again = serial_run("cartpole.yaml", tmp_path / "run", "--max-frames", "2000")
-    assert again.returncode == 0, again.stderr
+    assert again.returncode == 2 and "holds a run already" in again.stderr, again.stderr
+    resumed = serial_run("cartpole.yaml", tmp_path / "run", "--max-frames", "4000",
+                         "--resume", str(tmp_path / "run"))
+    assert resumed.returncode == 0, resumed.stderr

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sfbus import Actor
+from sfbus.cli import main
 from sfbus.procfs import run_children
 from tests.kernel.runs import free_port, start_run, wait_for
 
@@ -135,7 +136,8 @@ class Blocker(Actor):
         self.every(0.1, lambda: time.sleep(3600))
 
 
-def test_a_sigkilled_launcher_ends_children_whose_loop_is_blocked(tmp_path: Path) -> None:
+def test_a_sigkilled_launcher_ends_children_whose_loop_is_blocked(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     topology = _topology(tmp_path, "tests.kernel.test_supervision:Blocker",
                          "run: {heartbeat_timeout_s: 600}")
     run_dir = tmp_path / "run"
@@ -145,6 +147,12 @@ def test_a_sigkilled_launcher_ends_children_whose_loop_is_blocked(tmp_path: Path
         time.sleep(0.5)  # the child's loop is blocked now
         child = run_children(run_dir)["p"]
         run.kill()
+        run.wait(timeout=30)  # the launcher only: the orphan keeps the output pipes open
+        # the run directory stays locked while any process of the run lives (checked in this
+        # process: a new interpreter takes seconds to start, and the orphan lives 5 s)
+        assert main(["run", "--resume", str(run_dir), "--max-seconds", "5"]) == 2
+        assert "in use by another run" in capsys.readouterr().err
+        assert "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]  # still running
         run.communicate(timeout=30)
         wait_for(lambda: not Path(f"/proc/{child}").exists()
                  or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2], 20,
@@ -154,6 +162,9 @@ def test_a_sigkilled_launcher_ends_children_whose_loop_is_blocked(tmp_path: Path
         for pid in run_children(run_dir).values():
             os.kill(pid, signal.SIGKILL)
     assert run_children(run_dir) == {}
+    from sfbus.shm_cleanup import clean_stale_segments
+
+    clean_stale_segments()  # what the next run does with the killed launcher's segments
 
 
 def test_restart_limit_fails_the_run_naming_the_process(tmp_path: Path) -> None:
