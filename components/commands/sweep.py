@@ -21,6 +21,7 @@ import argparse
 import itertools
 import json
 import math
+import os
 import re
 import shlex
 import shutil
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from components.commands.outputs import check_writable_file
-from sfbus import BadInput
+from sfbus import STOP_WITH_PARENT_ENV, BadInput
 
 MAX_RUNS = 10_000  # each combination is validated first (~25 ms each)
 STOP_GRACE_S = 120.0  # a run's own graceful stop saves checkpoints; then it is killed
@@ -237,9 +238,11 @@ def run_all(args: argparse.Namespace, runs: list[Combination], sweep_dir: Path,
                 log = (sweep_dir / f"{run.name}.log").open("w")
                 # a session of its own: a terminal's Ctrl-C reaches the sweep only, which then
                 # stops each run once (a second SIGINT would force a run's stop)
+                # ...and it stops when the sweep dies, even of a SIGKILL
+                env = {**os.environ, STOP_WITH_PARENT_ENV: str(os.getpid())}
                 child = subprocess.Popen(command(args, run, f"{sys.executable} -m sfbus"),
                                          stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                                         start_new_session=True, env=env)
                 running[child] = (run, time.monotonic(), log)
                 print(f"started {run.name}")
             time.sleep(0.2)

@@ -17,6 +17,7 @@ The learner hears of episodes through its ``on_episode_finished`` slot (the roll
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import deque
@@ -25,7 +26,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from components.datapath.messages import EpisodeFinished
-from components.learning.checkpoint import save_checkpoint
+from components.learning.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    load_newest,
+    save_checkpoint,
+)
 
 # Episodes in the best-checkpoint metric: the progress line's own average (Stats.average_episodes)
 BEST_EPISODES = 100
@@ -44,7 +50,7 @@ class LearnerCheckpoints:
         ``save_milestones_s`` fields."""
         self.clock = clock
         self.scores: deque[float] = deque(maxlen=BEST_EPISODES)
-        self.best = -math.inf
+        self.best = self._best_written()
         """Score of the best checkpoint written (carried in every checkpoint)."""
         now = clock()
         self._last = {"latest": now, "best": -math.inf, "milestone": now}
@@ -94,8 +100,37 @@ class LearnerCheckpoints:
                                                keep=0))
         return written
 
+    def write_final(self, state: Mapping[str, Any], version: int) -> Path:
+        """Write the checkpoint of a stopping learner; raise ``RuntimeError`` naming the policy
+        and the newest checkpoint that does exist where it cannot be written (the run has then
+        lost work, and must not end with 0)."""
+        try:
+            return self.write(state, version, ("latest",))[0]
+        except Exception as error:
+            raise RuntimeError(f"policy {self.policy}: the final checkpoint could not be "
+                               f"written ({type(error).__name__}: {error}); the newest that "
+                               f"exists is {self.newest()}") from error
+
+    def newest(self) -> str:
+        """The newest periodic checkpoint written so far, or ``none``."""
+        return str(latest_checkpoint(self.folder) or "none")
+
     def restore(self, state: Mapping[str, Any]) -> None:
-        """Take the best score of a checkpoint resumed from."""
+        """Take the best score of a checkpoint resumed from, where it is above ``best/``'s."""
+        self.best = max(self.best, self._score(state))
+
+    def _best_written(self) -> float:
+        """The score of the checkpoint in ``best/`` (-inf: none, or unreadable): a best written
+        after the newest periodic checkpoint, before a crash, is never replaced by a worse one."""
+        with contextlib.suppress(CheckpointError):
+            newest = load_newest(self.folder / "best", required=())
+            if newest is not None:
+                return self._score(newest[1])
+        return -math.inf
+
+    def _score(self, state: Mapping[str, Any]) -> float:
+        """The best score a checkpoint carries for this run's metric (-inf: none)."""
         best = state.get("best")
         if isinstance(best, dict) and best.get("metric") == self.params.save_best_metric:
-            self.best = float(best["score"])
+            return float(best["score"])
+        return -math.inf

@@ -39,8 +39,14 @@ def restore_published(weights: PolicyWeights, training: TrainingState) -> bool:
     return True
 
 
+MAX_RESTORES_IN_A_ROW = 3
+"""Restores of the last good state with no finite update between, after which training has
+failed: every step raises (the learner's process then gives up after ``max_failed_batches``)."""
+
+
 class NumericsGuard:
-    """Counts non-finite updates in a row; after ``max_bad`` puts back the last good state.
+    """Counts non-finite updates in a row; after ``max_bad`` puts back the last good state;
+    after ``MAX_RESTORES_IN_A_ROW`` such restores with nothing finite between, raises.
 
     The good state (policy with its normalizer, optimizer, returns normalizer: the training
     state's learned part) is copied on its device before a batch every ``every`` batches, if the
@@ -58,6 +64,7 @@ class NumericsGuard:
         self.counter = counter
         self.bad = 0
         self.restores = 0
+        self.restores_in_a_row = 0
         self._batches = 0
         self._clean = True
         self._good: dict[str, Any] | None = None
@@ -79,16 +86,21 @@ class NumericsGuard:
         self.bad = 0
 
     def after_step(self, ok: bool) -> bool:
-        """Count one optimizer step; True when this one triggered a restore."""
+        """Count one optimizer step; True when this one triggered a restore. Raises
+        ``RuntimeError`` once restores alone have followed each other too often."""
         if ok:
-            self.bad = 0
+            self.bad = self.restores_in_a_row = 0
             return False
+        if self.restores_in_a_row >= MAX_RESTORES_IN_A_ROW:
+            raise RuntimeError(f"{self.name}: {self.restores_in_a_row} restores of the last good "
+                               f"state with no finite update between: training cannot go on")
         self.bad += 1
         self._clean = False
         if self.bad < self.max_bad or self._good is None:
             return False
         self.training.load_learned_state(self._good)  # copies: the good state stays intact
         self.restores += 1
+        self.restores_in_a_row += 1
         if self.counter is not None:
             self.counter.inc()
         self.log.warning("%s: %d non-finite updates in a row; restored the last good state "

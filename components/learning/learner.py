@@ -46,7 +46,7 @@ from components.datapath.slot_stages import LearnerSlots
 from components.envs import env_spec
 from components.learning.appo_update import LOSS_FIGURES, AppoUpdate, Batch
 from components.learning.batch_copy import BatchCopy
-from components.learning.checkpoint import config_fingerprint, load_newest
+from components.learning.checkpoint import CheckpointError, config_fingerprint, load_newest
 from components.learning.checkpoint_schedule import Kind, LearnerCheckpoints
 from components.learning.distributed import Peers, check_supported, group_from_env, join_peers
 from components.learning.faults import NumericsGuard, restore_published
@@ -133,6 +133,8 @@ class Learner(Actor):
             for name in ("torch_threads", "sequence_threads"):
                 if getattr(self, name) < 1:
                     raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+            if not 0 < self.reward_scale <= 1e6:
+                raise ValueError(f"reward_scale must be > 0 and <= 1e6, got {self.reward_scale}")
             # Minibatches are whole trajectories: with fewer than one each, some would be empty
             # and every training step would fail at run time.
             if self.appo.recurrence and self.rollout % self.appo.recurrence:
@@ -143,6 +145,15 @@ class Learner(Actor):
                     f"appo.num_batches_per_epoch ({self.appo.num_batches_per_epoch}) exceeds the "
                     f"trajectories of a batch (batch_size {self.batch_size} / rollout "
                     f"{self.rollout} = {self.trajectories_per_batch}); every minibatch needs one")
+
+        def check_resume(self, run_dir: Path) -> None:
+            """Refuse a ``--resume`` whose newest checkpoint of this policy was saved with
+            another env or model (``sfbus run`` asks before anything starts)."""
+            folder = Path(run_dir, "checkpoints", f"policy_{self.policy}")
+            try:
+                load_newest(folder, config_fingerprint(self.env, self.model))
+            except CheckpointError as error:
+                raise ValueError(str(error)) from None
 
         def check_limits(self, limits: RunLimits) -> None:
             """Refuse run limits a setting cannot work with (``sfbus run`` asks before
@@ -253,6 +264,7 @@ class Learner(Actor):
             self.peers = await self._in_thread(join_peers, self.training, p.peer_timeout_s,
                                                self.log, self.name, audit)
         self._publish()
+        self.report_advance("trained batches", 0)  # watched from now on (run.progress_timeout_s)
         self.learner_idle.emit(LearnerIdle(p.policy))
 
     # ----- the batch cycle ------------------------------------------------------------------
@@ -320,6 +332,9 @@ class Learner(Actor):
         self._m_gauges["version"].set(version)
 
     def _report(self, r: dict[str, Any]) -> None:
+        appo = self.params.appo
+        if r["skipped"] < appo.num_epochs * appo.num_batches_per_epoch:  # the weights changed
+            self.report_advance("trained batches")
         if r["skipped"]:
             self.skipped_steps += r["skipped"]
             self._m_skipped.inc(r["skipped"])
@@ -424,8 +439,11 @@ class Learner(Actor):
             await asyncio.wait({self._background})
         if self.peers is not None:  # before saving: the others may be waiting in a step for us
             await self._in_thread(self.peers.close)
-        path = self.save()  # on the loop: nothing else may touch the model now
-        if path is not None:
+        if self.checkpoints is not None:  # on the loop: nothing else may touch the model now
+            # named by the supervisor if this process is killed at its stop timeout
+            self.note(f"writing policy {self.params.policy}'s final checkpoint; the newest "
+                      f"written is {self.checkpoints.newest()}")
+            path = self.checkpoints.write_final(self.state(), self.training.version)
             self.log.info("%s: final checkpoint %s (version %d)", self.name, path,
                           self.training.version)
 

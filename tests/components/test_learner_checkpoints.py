@@ -6,9 +6,11 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import torch
 
 from components.datapath.messages import EpisodeFinished
+from components.learning import checkpoint_schedule
 from components.learning.checkpoint import list_checkpoints, load_checkpoint
 from components.learning.checkpoint_schedule import BEST_EPISODES, LearnerCheckpoints
 from components.learning.learner import Learner
@@ -95,3 +97,48 @@ def test_periodic_milestones_and_a_resumed_best(tmp_path: Path) -> None:
     other_metric = LearnerCheckpoints(tmp_path, 0, PARAMS, Clock())
     other_metric.restore({"best": {"metric": "episode_return", "score": 42.0}})
     assert other_metric.best == -math.inf
+
+
+
+def test_a_final_checkpoint_that_cannot_be_written_names_the_newest_that_exists(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    schedule = LearnerCheckpoints(tmp_path / "policy_3", 3, PARAMS, Clock())
+    assert schedule.newest() == "none"
+    state = {"model": {"w": torch.zeros(2)}}
+    written = schedule.write_final(state, version=7)
+    assert schedule.newest() == str(written) and written.name == "checkpoint_000000007.pt"
+
+    def disk_full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_schedule, "save_checkpoint", disk_full)
+    with pytest.raises(RuntimeError, match=r"^policy 3: the final checkpoint could not be "
+                                           r"written \(OSError: \[Errno 28\] No space left on "
+                                           r"device\); the newest that exists is .*/policy_3/"
+                                           r"checkpoint_000000007\.pt$"):
+        schedule.write_final(state, version=8)
+
+
+def test_the_best_never_gets_worse_across_a_crash_and_a_resume(tmp_path: Path) -> None:
+    """A periodic checkpoint at score 20, then a best at 45, then a crash: the resumed learner
+    restores the periodic state (its score 20) but must not write a best below 45."""
+    clock = Clock()
+    keeper = LearnerCheckpoints(tmp_path, 0, PARAMS, clock)
+    state = {"policy": {"w": torch.zeros(2)}}
+    keeper.best = 20.0
+    periodic = keeper.write(state, 3, ("latest",))[0]
+    for _ in range(2):
+        keeper.on_episode(episode(45.0))
+    clock.now = 10.0
+    assert keeper.due(5000) == ("best",)
+    keeper.write(state, 4, ("best",))
+
+    resumed = LearnerCheckpoints(tmp_path, 0, PARAMS, Clock())  # after the crash
+    resumed.restore(load_checkpoint(periodic, required=("policy", "best")))
+    assert resumed.best == 45.0
+    for _ in range(2):
+        resumed.on_episode(episode(30.0))
+    resumed.clock.now = 10.0
+    assert resumed.due(6000) == ()  # 30 is worse than the best written
+    (best,) = list_checkpoints(tmp_path / "best")
+    assert load_checkpoint(best, required=("policy", "best"))["best"]["score"] == 45.0

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from components.learning.faults import restore_published
+from components.learning.faults import MAX_RESTORES_IN_A_ROW, restore_published
 from tests.components.test_learner import (
     BATCH,
     bandit_batch,
@@ -61,6 +61,22 @@ def test_a_good_update_resets_the_count() -> None:
             assert learner.train(batch)["skipped"] == 1
         assert learner.train(bandit_batch(learner, gen))["skipped"] == 0
     assert learner._numerics.restores == 0
+
+
+def test_a_learner_whose_every_update_is_non_finite_fails_within_bounded_batches() -> None:
+    """NaN rewards in every batch: restores follow each other with nothing finite between;
+    after MAX_RESTORES_IN_A_ROW of them training raises (the learner's process then gives up
+    after max_failed_batches), where it used to restore and publish new versions for ever."""
+    learner = bandit_learner()
+    gen = torch.Generator().manual_seed(0)
+    bounded = learner.params.max_bad_updates * (MAX_RESTORES_IN_A_ROW + 1)
+    with pytest.raises(RuntimeError, match=r"3 restores of the last good state with no finite "
+                                           r"update between: training cannot go on"):
+        for _ in range(bounded):
+            batch = bandit_batch(learner, gen)
+            batch["rewards"][0, 0] = math.nan
+            learner.train(batch)
+    assert learner._numerics.restores == MAX_RESTORES_IN_A_ROW
 
 
 @pytest.mark.parametrize("torn", [False, True])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,3 +49,15 @@ def test_sigterm_checkpoints_and_resume_continues_from_it(tmp_path: Path) -> Non
     assert records[-1]["env_frames"] > first_frames  # counted on from the first run's frames
     versions = [r["policies"]["0"].get("version", 0) for r in records]
     assert max(versions) > version
+
+    # a change the checkpoints cannot take: refused before anything starts (it crash-looped)
+    logs = sorted(p.name for p in (run_dir / "logs").iterdir())
+    changed = subprocess.run([sys.executable, "-m", "sfbus", "run", "--resume", str(run_dir),
+                              "--set", "model.mlp_layers=[32,32]"],
+                             capture_output=True, text=True, timeout=120)
+    assert changed.returncode == 2, changed.stderr[-3000:]
+    (line,) = changed.stderr.strip().splitlines()
+    assert line.startswith(f"error: --resume {run_dir}: actor 'learner': ") and \
+        "saved with a different configuration (model.mlp_layers: checkpoint [64, 64], this run " \
+        "[32, 32])" in line
+    assert sorted(p.name for p in (run_dir / "logs").iterdir()) == logs

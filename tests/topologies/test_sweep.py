@@ -195,3 +195,35 @@ def test_ctrl_c_stops_every_run_and_records_how_they_ended(tmp_path: Path) -> No
     assert [r["exit_code"] for r in runs] == [130, 130, None]
     for run in runs[:2]:
         assert list((Path(run["run_dir"]) / "checkpoints" / "policy_0").glob("checkpoint_*.pt"))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_sigkilled_sweep_takes_its_runs_with_it(tmp_path: Path) -> None:
+    """Killing the sweep leaves nothing training: each run stops (gracefully) within seconds
+    (they trained on, unsupervised, until they reached their limits)."""
+    from sfbus.procfs import run_children
+
+    sweep_dir = tmp_path / "sweep"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "sfbus", "sweep", TOPOLOGY, "--grid", "seed=0,1",
+         "--set", "num_envs=4", "--parallel", "2", "--sweep-dir", str(sweep_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while len(list(sweep_dir.glob("*/progress.jsonl"))) < 2:  # both runs are training
+            assert time.monotonic() < deadline and sweep.poll() is None, sweep.communicate()
+            time.sleep(0.5)
+        run_dirs = [p.parent for p in sweep_dir.glob("*/progress.jsonl")]
+        assert all(run_children(d) for d in run_dirs)
+        sweep.kill()
+        sweep.communicate(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(run_children(d) for d in run_dirs):
+            assert time.monotonic() < deadline, {str(d): run_children(d) for d in run_dirs}
+            time.sleep(0.2)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    for run_dir in run_dirs:  # stopped as a Ctrl-C stops a run: final checkpoints written
+        assert list((run_dir / "checkpoints" / "policy_0").glob("checkpoint_*.pt")), run_dir
