@@ -9,7 +9,7 @@ import socket
 from collections.abc import Sequence
 from pathlib import Path
 
-from sfbus.errors import BadInput
+from sfbus.errors import BadInput, RunDirError
 from sfbus.rundir import RunLimits
 from sfbus.topology.model import Topology
 
@@ -76,7 +76,11 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
                 name = loaded.name if rank is None else f"{loaded.name}-rank{rank}"
                 directory = new_run_dir(_file_name(name))
             lock = RunDirLock(directory)
-        append_history(directory, "resume" if resume else "start", overrides)
+        try:
+            append_history(directory, "resume" if resume else "start", overrides)
+        except OSError as error:  # a full disk: refused before anything starts
+            raise RunDirError(f"cannot write the run directory {directory}: "
+                              f"{error.strerror or error}") from None
         options = RunOptions(run_dir=directory, max_seconds=max_seconds, max_frames=max_frames,
                              metrics_port=port, lock_fd=lock.fd)
         if serial:

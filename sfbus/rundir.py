@@ -68,14 +68,23 @@ def make_private_dir(path: str | Path) -> Path:
 def new_run_dir(topology_name: str, parent: Path = Path("runs")) -> Path:
     """Create ``runs/<topology>-<timestamp>`` (``-2``, ``-3``, ... when that one exists: two runs
     started in the same second get two directories; ``mkdir`` decides who gets which)."""
-    make_private_dir(parent)
-    stem = f"{topology_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        make_private_dir(parent)
+    except OSError as error:
+        raise RunDirError(f"cannot create {parent}/ for the run directory: "
+                          f"{error.strerror or error}; give --run-dir DIR") from None
+    # a file name has 255 bytes at most: a long topology name is cut, the time kept
+    stem = f"{topology_name.encode()[:200].decode(errors='ignore')}-" \
+           f"{time.strftime('%Y%m%d-%H%M%S')}"
     for n in range(1, 1000):
         path = parent / (stem if n == 1 else f"{stem}-{n}")
         try:
             path.mkdir(mode=0o700)
         except FileExistsError:
             continue
+        except OSError as error:
+            raise RunDirError(f"cannot create the run directory {path}: "
+                              f"{error.strerror or error}; give --run-dir DIR") from None
         return path
     raise RunDirError(f"{parent}: no free run directory name for {stem}")
 
@@ -111,15 +120,24 @@ class RunDirLock:
 
     def __init__(self, run_dir: Path) -> None:
         path = run_dir / "lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as error:
+            raise RunDirError(f"cannot write the run directory {run_dir}: "
+                              f"{error.strerror or error}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
             raise RunDirError(f"{run_dir}: in use by another run (pid {holder})") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as error:  # a full disk: the run could write nothing else either
+            os.close(fd)
+            raise RunDirError(f"cannot write the run directory {run_dir}: "
+                              f"{error.strerror or error}") from None
         self.fd = fd
 
     def release(self) -> None:

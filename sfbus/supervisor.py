@@ -31,7 +31,7 @@ import zmq.asyncio
 from sfbus import metrics
 from sfbus.bus import socket_address
 from sfbus.child import SUPERVISOR_PID_ENV, child_environment
-from sfbus.errors import FrameError, RunFailed
+from sfbus.errors import FrameError, RunDirError, RunFailed
 from sfbus.frames import (
     CONTROL_EDGE,
     SUPERVISOR_SENDER,
@@ -119,6 +119,7 @@ class Supervisor:
         self.children = {name: _Child(name) for name in self.table.processes}
         self.outcome: ExitCode | None = None
         self.reason = ""
+        self.sock_dir: Path | None = None
         self.lost: list[str] = []
         """What processes could not finish at stop (an ``on_stop`` raised, a process killed at
         its stop timeout or exiting with an error): the run then fails, whatever ended it."""
@@ -139,7 +140,11 @@ class Supervisor:
         shm: SharedMemory | None = None
         ctl = None
         try:
-            specs = self._prepare_run_dir()
+            try:
+                specs = self._prepare_run_dir()
+            except OSError as error:  # a full disk, a folder replaced: nothing started yet
+                raise RunDirError(f"cannot write the run directory {self.run_dir}: "
+                                  f"{error.strerror or error}") from None
             shm = SharedMemory.create(self.run_id, specs)
             ctl = self._zmq.socket(zmq.PULL)
             ctl.setsockopt(zmq.LINGER, 0)
@@ -169,7 +174,8 @@ class Supervisor:
                 shm.close()
                 shm.unlink()
             remove_run_segments(self.run_id)
-            remove_sock_dir(self.sock_dir)
+            if self.sock_dir is not None:  # made once the run directory was
+                remove_sock_dir(self.sock_dir)
             self._zmq.term()
         assert self.outcome is not None
         level = logging.INFO if self.outcome in (ExitCode.FINISHED,) else logging.ERROR

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from components.datapath.messages import EpisodeFinished, RolloutProgress, TrainingStats
 from components.monitoring.status import progress_bar, status_line
-from sfbus import Actor, ArraySpec, Interval, RunRecords, Topology, slot
+from sfbus import Actor, ArraySpec, Interval, RateLimitedLog, RunRecords, Topology, slot
 from sfbus import metrics as prom
 
 # Windows for the frame rate, in seconds (the paper and Sample Factory report 10 s and 60 s).
@@ -63,6 +63,7 @@ class Stats(Actor):
 
     async def on_start(self) -> None:
         """Start the report timer (a restarted actor continues the run's frames and clock)."""
+        self._warn = RateLimitedLog(self.log)
         self._totals = (self.context.shared(f"{self.name}.totals").numpy
                         if self.context is not None
                         and f"{self.name}.totals" in self.context.array_specs else None)
@@ -191,8 +192,12 @@ class Stats(Actor):
         if not self.live:
             self.log.info(" | ".join(parts))
         if self.context is not None and self.context.run_dir is not None:
-            with Path(self.context.run_dir, "progress.jsonl").open("a") as out:
-                out.write(json.dumps(record) + "\n")
+            try:
+                with Path(self.context.run_dir, "progress.jsonl").open("a") as out:
+                    out.write(json.dumps(record) + "\n")
+            except OSError as error:  # a full disk: training and the status line go on
+                self._warn.warning("progress", "%s: cannot append to progress.jsonl (%s): this "
+                                   "report's record is lost", self.name, error)
 
     def _policy_rates(self, now: float) -> None:
         """Each policy's frame rate over the shorter window and its share of the total."""

@@ -216,7 +216,8 @@ def test_appo_loss_normalizes_returns(model):
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
-    ("lr", 0.0, "lr must be > 0.0, got 0.0"), ("lr", -1e-4, "lr must be > 0.0"),
+    ("lr", 0.0, "lr must be > 0.0 and <= 1.0, got 0.0"), ("lr", -1e-4, "lr must be > 0.0"),
+    ("lr", 1e30, "lr must be > 0.0 and <= 1.0, got 1e+30"),
     ("gamma", 1.5, "gamma must be >= 0.0 and <= 1.0, got 1.5"),
     ("gae_lambda", -0.1, "gae_lambda must be >= 0.0"), ("num_epochs", 0, "num_epochs must be >= 1"),
     ("max_grad_norm", float("nan"), "max_grad_norm must be >= 0.0"),

@@ -375,3 +375,25 @@ def test_run_without_a_topology_or_resume_is_one_error_line(
     assert main(["run"]) == 2
     assert capsys.readouterr().err == (
         "error: sfbus run: give a topology file, or --resume RUN_DIR\n")
+
+
+def test_a_default_runs_folder_that_cannot_be_made_is_one_error_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir("/proc")  # no new folder can be made there, not even by root
+    root = str(Path(SUM_DEMO).parents[1])
+    assert main(["--app-dir", root, "run", SUM_DEMO]) == 2  # was an OSError traceback
+    assert capsys.readouterr().err == (
+        "error: cannot create runs/ for the run directory: No such file or directory; "
+        "give --run-dir DIR\n")
+
+
+@pytest.mark.multiprocess
+def test_a_topology_name_too_long_for_a_file_name_still_gets_its_run_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    topology = tmp_path / "long.yaml"
+    topology.write_text(Path(SUM_DEMO).read_text().replace("name: sum_demo", f"name: {'x' * 300}"))
+    monkeypatch.chdir(tmp_path)
+    root = str(Path(SUM_DEMO).parents[1])
+    assert main(["--app-dir", root, "run", str(topology)]) == 0  # was ENAMETOOLONG, exit 1
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("x" * 200 + "-") and len(run_dir.name.encode()) < 255

@@ -144,7 +144,7 @@ RUN_KNOBS = st.sampled_from(["run.heartbeat_interval_s", "run.heartbeat_timeout_
 
 
 @pytest.mark.multiprocess
-@settings(max_examples=8, deadline=None,
+@settings(max_examples=5, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sets=st.lists(st.tuples(RUN_KNOBS, NUMBERS), min_size=1, max_size=2))
 def test_numbers_that_pass_the_checks_reach_a_run_that_ends(

@@ -65,10 +65,9 @@ def _stop(tmp_path: Path, behaviour: str, how: signal.Signals | None) -> tuple[i
     return run.returncode, err
 
 
-@pytest.mark.parametrize("how", [None, signal.SIGINT])
-def test_a_clean_stop_keeps_its_exit_code(tmp_path: Path, how) -> None:
-    code, err = _stop(tmp_path, "clean", how)
-    assert code == (130 if how else 0), err[-2000:]
+def test_a_clean_stop_keeps_its_exit_code(tmp_path: Path) -> None:
+    code, err = _stop(tmp_path, "clean", signal.SIGINT)  # ended by --max-seconds: 0 elsewhere
+    assert code == 130, err[-2000:]
     assert "lost at stop" not in err
 
 

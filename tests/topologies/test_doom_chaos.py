@@ -55,7 +55,9 @@ def test_killed_workers_engine_files_go_at_once_and_the_run_leaves_none(tmp_path
         kill(run_dir, "rollout.0")
         wait_for(lambda: not files_of(killed), 30, "the killed engines' files to go")
         wait_for(lambda: frames(run_dir) > before + 1000, 60, "sampling to go on")
-        for name in ("rollout.0", "rollout.1"):
+        for name in ("rollout.0", "rollout.1"):  # a loaded machine starts engines late
+            wait_for(lambda n=name: len(engine_ids(run_children(run_dir)[n])) == 4, 30,
+                     f"{name}'s 4 engines")
             seen |= engine_ids(run_children(run_dir)[name])
         run.send_signal(signal.SIGINT)
         _out, err = run.communicate(timeout=60)

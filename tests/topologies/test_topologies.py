@@ -60,7 +60,7 @@ def test_topology_runs_briefly(path: Path, tmp_path: Path) -> None:
         overrides = ["--set", "num_envs=2", "--set", f"batch_size={2 * 2 * rollout}"]
     done = subprocess.run(
         [sys.executable, "-m", "sfbus", "run", str(path), "--run-dir", str(tmp_path / "run"),
-         "--max-seconds", "12", *overrides],
+         "--max-seconds", "8", *overrides],
         capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
