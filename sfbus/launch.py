@@ -57,12 +57,12 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
             loaded = read_topology(str(directory / "topology.yaml"), tuple(overrides))
             if topology is not None:
                 _check_given_file(directory, os.fspath(topology), tuple(overrides), loaded)
-            _check_actors_resume(loaded, directory)
+            _ask_actors(loaded, "check_resume", directory, f"--resume {directory}: ")
         elif topology is None:
             raise BadInput("sfbus run: give a topology file, or --resume RUN_DIR")
         else:
             loaded = read_topology(os.fspath(topology), tuple(overrides))
-        _check_actors_limits(loaded, RunLimits(max_frames, max_seconds))
+        _ask_actors(loaded, "check_limits", RunLimits(max_frames, max_seconds))
         # impossible sizes are bad input: check before starting
         check_shared_memory(RoutingTable(loaded).array_specs(), free=True)
         port = loaded.run.metrics_port if metrics_port is None else metrics_port
@@ -98,17 +98,18 @@ STOP_WITH_PARENT_ENV = "SFBUS_STOP_WITH_PARENT"
 gracefully when that process dies, however it dies (SIGKILL included)."""
 
 
-def _check_actors_limits(topology: Topology, limits: RunLimits) -> None:
-    """An actor whose parameters define ``check_limits(limits)`` may refuse the run's limits
-    (a setting that needs ``--max-frames``): bad input before anything starts."""
+def _ask_actors(topology: Topology, check: str, argument: object, prefix: str = "") -> None:
+    """Every actor whose parameters define ``check`` (``check_limits(limits)``: a setting that
+    needs ``--max-frames``; ``check_resume(run_dir)``: a checkpoint of another model shape) may
+    refuse the run with a ValueError: bad input before anything starts."""
     for process in topology.processes:
         for actor in process.actors:
-            check = getattr(actor.params, "check_limits", None)
-            if callable(check):
+            method = getattr(actor.params, check, None)
+            if callable(method):
                 try:
-                    check(limits)
+                    method(argument)
                 except ValueError as error:
-                    raise BadInput(f"actor '{actor.name}': {error}") from None
+                    raise BadInput(f"{prefix}actor '{actor.name}': {error}") from None
 
 
 def _check_limits(max_seconds: float | None, max_frames: int | None,
@@ -159,19 +160,6 @@ def _differences(a: object, b: object, path: str = "") -> list[str]:
                 for d in _differences(a.get(key), b.get(key), f"{path}.{key}" if path else
                                       str(key))]
     return [] if a == b else [path or "(the whole document)"]
-
-
-def _check_actors_resume(topology: Topology, run_dir: Path) -> None:
-    """An actor whose parameters define ``check_resume(run_dir)`` may refuse to continue what
-    the run left (a checkpoint of another model shape): bad input before anything starts."""
-    for process in topology.processes:
-        for actor in process.actors:
-            check = getattr(actor.params, "check_resume", None)
-            if callable(check):
-                try:
-                    check(run_dir)
-                except ValueError as error:
-                    raise BadInput(f"--resume {run_dir}: actor '{actor.name}': {error}") from None
 
 
 def _file_name(name: str) -> str:

@@ -14,6 +14,17 @@ pytestmark = pytest.mark.multiprocess
 SUM_DEMO = Path(__file__).parents[2] / "topologies" / "sum_demo.yaml"
 
 
+def _fill(folder: Path) -> None:
+    """Write ``folder/filler`` until the disk is full."""
+    with (folder / "filler").open("wb") as filler:
+        try:
+            while True:
+                filler.write(b"\0" * 65536)
+                filler.flush()
+        except OSError:
+            pass
+
+
 @pytest.fixture
 def full_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs, filled to the last byte."""
@@ -24,13 +35,7 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({made.stderr.strip() or 'not root'})")
     try:
-        with (mount / "filler").open("wb") as filler:
-            try:
-                while True:
-                    filler.write(b"\0" * 65536)
-                    filler.flush()
-            except OSError:
-                pass
+        _fill(mount)
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
@@ -42,13 +47,7 @@ def test_a_new_run_on_a_full_disk_is_one_error_line(full_disk: Path, where: str)
     if where == "made":  # the folder exists (made before the disk filled): its files fail
         (full_disk / "filler").unlink()
         run_dir.mkdir()
-        with (full_disk / "filler").open("wb") as filler:
-            try:
-                while True:
-                    filler.write(b"\0" * 65536)
-                    filler.flush()
-            except OSError:
-                pass
+        _fill(full_disk)
     done = subprocess.run([sys.executable, "-m", "sfbus", "run", str(SUM_DEMO), "--run-dir",
                            str(run_dir)], capture_output=True, text=True, timeout=60,
                           cwd=SUM_DEMO.parents[1])

@@ -171,19 +171,27 @@ def test_a_sweep_dir_with_a_newline_cannot_add_commands_to_the_slurm_script(
     assert err.count("\n") == 1 and out == ""
     assert list(tmp_path.iterdir()) == []
 
+def _two_runs_training(sweep_dir: Path, grid: str) -> subprocess.Popen[str]:
+    """A sweep of CartPole over ``grid``, two runs at a time, once both are training."""
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "sfbus", "sweep", TOPOLOGY, "--grid", grid,
+         "--set", "num_envs=4", "--parallel", "2", "--sweep-dir", str(sweep_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while len(list(sweep_dir.glob("*/progress.jsonl"))) < 2:
+        if time.monotonic() > deadline or sweep.poll() is not None:
+            sweep.kill()
+            raise AssertionError(sweep.communicate())
+        time.sleep(0.5)
+    return sweep
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)
 def test_ctrl_c_stops_every_run_and_records_how_they_ended(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "sfbus", "sweep", TOPOLOGY, "--grid", "seed=0,1,2",
-         "--set", "num_envs=4", "--parallel", "2", "--sweep-dir", str(sweep_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sweep = _two_runs_training(sweep_dir, "seed=0,1,2")
     try:
-        deadline = time.monotonic() + 90
-        while len(list(sweep_dir.glob("*/progress.jsonl"))) < 2:  # both runs are training
-            assert time.monotonic() < deadline and sweep.poll() is None, sweep.communicate()
-            time.sleep(0.5)
         sweep.send_signal(signal.SIGINT)
         out, err = sweep.communicate(timeout=120)
     finally:
@@ -205,15 +213,8 @@ def test_a_sigkilled_sweep_takes_its_runs_with_it(tmp_path: Path) -> None:
     from sfbus.procfs import run_children
 
     sweep_dir = tmp_path / "sweep"
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "sfbus", "sweep", TOPOLOGY, "--grid", "seed=0,1",
-         "--set", "num_envs=4", "--parallel", "2", "--sweep-dir", str(sweep_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sweep = _two_runs_training(sweep_dir, "seed=0,1")
     try:
-        deadline = time.monotonic() + 90
-        while len(list(sweep_dir.glob("*/progress.jsonl"))) < 2:  # both runs are training
-            assert time.monotonic() < deadline and sweep.poll() is None, sweep.communicate()
-            time.sleep(0.5)
         run_dirs = [p.parent for p in sweep_dir.glob("*/progress.jsonl")]
         assert all(run_children(d) for d in run_dirs)
         sweep.kill()
