@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import multiprocessing
 import os
 import signal
@@ -276,10 +277,34 @@ def _check_numpy() -> None:
                          f"{sys.executable} has numpy {numpy.__version__}")
 
 
+def _skip_missing_advantage_summaries() -> None:
+    """Sample Factory 2.1.1's learner records statistics of the advantages, which only its GAE
+    path computes: with V-trace its first summary raises (AttributeError: no 'advantages') and
+    the run stops with no frames. Upstream fixed it after 2.1.1 (sample-factory #286, #332) by
+    skipping them where there are none; this does the same from outside."""
+    from sample_factory.algo.learning.learner import Learner
+
+    record = Learner._record_summaries
+
+    def record_without_missing(self: Any, var: Any) -> Any:
+        if "advantages" in var.mb:
+            return record(self, var)
+        var.mb["advantages"] = var.mb.valids.float()  # a stand-in, its figures dropped below
+        var["adv_std"] = var["adv_mean"] = math.nan
+        stats = record(self, var)
+        for key in ("adv_min", "adv_max", "adv_std", "adv_mean"):
+            stats.pop(key, None)
+        return stats
+
+    Learner._record_summaries = record_without_missing
+
+
 def _train_inside(flags: list[str], progress: _ProgressLog) -> int:
     """``train_vizdoom``'s ``run_rl``, reporting the learner's env frames as they grow."""
     from sample_factory.algo.utils.misc import LEARNER_ENV_STEPS, ExperimentStatus
     from sample_factory.train import make_runner
+
+    _skip_missing_advantage_summaries()
 
     _, runner = make_runner(_config(flags))
     # Appended after the runner's own handler, which has updated ``env_steps`` by then.
