@@ -4,6 +4,10 @@
 #
 #   bench/gpu_session.sh wheels   here, once: the wheels that machine lacks, into .whl/ (ignored)
 #   bench/gpu_session.sh run      there, in the repository root, with .whl carried
+#   bench/gpu_session.sh table    there, likewise: Table 1 (bench.paper_table --gpu) alone, each
+#                                 case measured over SECONDS_PER_CASE (default 120) after WARMUP
+#                                 (30), QUICK=1 to allow a window under two minutes;
+#                                 docs/BENCHMARKS.md with its section comes back in $OUT
 #
 # Everything printed goes to $OUT/session.txt too; the CUDA tests' log is $OUT/tests.txt, py-spy's
 # profiles of the training case $OUT/profile-{inference,learner,rollout.0}.txt (raw format).
@@ -34,9 +38,10 @@ download() {  # download DIR SPEC...: CPython 3.12 manylinux wheels, no dependen
 if [ "${1:-}" = wheels ]; then
     grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
     download .whl pyzmq==27.3.0 msgspec==0.22.0 vizdoom==1.3.2 gymnasium==1.4.0 \
-        farama-notifications==0.0.6 cloudpickle==3.1.2 pytest-asyncio==1.5.0 py-spy==0.4.3
+        farama-notifications==0.0.6 cloudpickle==3.1.2 pytest-asyncio==1.5.0 py-spy==0.4.3 \
+        ale-py==0.12.1
     download .whl/sf sample-factory==2.1.1 signal-slot-mp==1.0.5 faster-fifo==1.5.2 \
-        gymnasium==0.29.1 tensorboardx==2.6.5 colorlog==6.12.0 numpy==1.26.4
+        gymnasium==0.29.1 tensorboardx==2.6.5 colorlog==6.12.0 numpy==1.26.4 ale-py==0.9.1
     # The call carries 64 MiB at most: drop the WADs no benchmarked scenario opens (doom_basic
     # runs on freedoom2; freedm and dwango5 are Sample Factory's deathmatch maps).
     zip -q -d .whl/vizdoom-*.whl vizdoom/freedoom1.wad
@@ -45,7 +50,7 @@ if [ "${1:-}" = wheels ]; then
     du -sh .whl
     exit 0
 fi
-[ "${1:-}" = run ] || { echo "usage: $0 wheels|run" >&2; exit 2; }
+case "${1:-}" in run|table) ;; *) echo "usage: $0 wheels|run|table" >&2; exit 2 ;; esac
 
 pip_target() {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -53,6 +58,8 @@ pip_target() {
 }
 pip_target /tmp/site .whl/*.whl
 pip_target /tmp/sfsite .whl/sf/*.whl
+# sfbus finds Sample Factory's VizDoom scenarios (doom_benchmark's battle.cfg) in its package
+pip_target /tmp/site .whl/sf/sample_factory-*.whl
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
 printf '#!/bin/sh\nPYTHONPATH=/tmp/sfsite:/tmp/site exec python3 "$@"\n' > /tmp/sfpython
 chmod +x /tmp/sfpython
@@ -61,6 +68,15 @@ export SFBUS_BENCH_SF_PYTHON=/tmp/sfpython
 exec > >(tee "$OUT/session.txt") 2>&1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 lscpu | grep -E '^(Model name|CPU\(s\))'; python3 -c 'import torch; print(torch.__version__)'
+
+if [ "$1" = table ]; then
+    echo "== Table 1"
+    timeout "${TABLE_TIMEOUT:-3000}" python3 -m bench.paper_table --gpu --write-docs \
+        --seconds "${SECONDS_PER_CASE:-120}" --warmup "${WARMUP:-30}" ${QUICK:+--quick} 2>&1
+    status=$?
+    cp docs/BENCHMARKS.md "$OUT/BENCHMARKS.md"
+    exit $status
+fi
 
 if [ -z "${SKIP_TESTS:-}" ]; then
     echo "== CUDA tests"

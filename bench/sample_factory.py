@@ -277,11 +277,15 @@ def _check_numpy() -> None:
                          f"{sys.executable} has numpy {numpy.__version__}")
 
 
+_PATCHED_ENV = "SFBUS_BENCH_SF_SKIP_MISSING_ADVANTAGES"
+
+
 def _skip_missing_advantage_summaries() -> None:
     """Sample Factory 2.1.1's learner records statistics of the advantages, which only its GAE
     path computes: with V-trace its first summary raises (AttributeError: no 'advantages') and
     the run stops with no frames. Upstream fixed it after 2.1.1 (sample-factory #286, #332) by
-    skipping them where there are none; this does the same from outside."""
+    skipping them where there are none; this does the same from outside, in every process: its
+    learner runs in a spawned process, which runs this module again as ``__mp_main__``."""
     from sample_factory.algo.learning.learner import Learner
 
     record = Learner._record_summaries
@@ -305,7 +309,7 @@ def _train_inside(flags: list[str], progress: _ProgressLog) -> int:
     from sample_factory.train import make_runner
 
     _skip_missing_advantage_summaries()
-
+    os.environ[_PATCHED_ENV] = "1"  # inherited by the spawned learner (module end)
     _, runner = make_runner(_config(flags))
     # Appended after the runner's own handler, which has updated ``env_steps`` by then.
     runner.policy_msg_handlers[LEARNER_ENV_STEPS].append(
@@ -393,5 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+if __name__ == "__mp_main__" and os.environ.get(_PATCHED_ENV):
+    _skip_missing_advantage_summaries()
 if __name__ == "__main__":
     sys.exit(main())
