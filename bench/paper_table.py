@@ -57,13 +57,18 @@ def run_case(key: str, game: str, args: argparse.Namespace) -> tt.Window:
     if key == "sf_train":
         return sample_factory.run_training(args.seconds, args.warmup, env=game,
                                            workers=args.workers, envs=args.envs,
-                                           device="gpu" if args.gpu else "cpu",
+                                           device=sf_device(args),
                                            extra_flags=SF_FLAGS)
     sets = tt.training_overrides(game, args.workers, args.envs, args.set)
     if args.gpu:
         sets += ["--set", "device=cuda"]
     with tempfile.TemporaryDirectory(prefix="sfbus-bench-") as tmp:
         return tt.run_sfbus([training(args), *sets], args.warmup, args.seconds, Path(tmp))
+
+
+def sf_device(args: argparse.Namespace) -> str:
+    """Sample Factory's ``--device`` for this run."""
+    return "gpu" if args.gpu else "cpu"
 
 
 def training(args: argparse.Namespace) -> str:
@@ -129,7 +134,7 @@ def details(results: dict[str, dict[str, tt.Window]]) -> str:
 def about(args: argparse.Namespace) -> str:
     """How the figures were taken, for the docs."""
     flags = " ".join(f for f in sample_factory.sf_flags("GAME", args.workers, args.envs,
-                                                        Path("DIR"))
+                                                        Path("DIR"), device=sf_device(args))
                      if not f.startswith(("--train_dir", "--experiment", "--with_wandb")))
     device = "--set device=cuda (the GPU layout)" if args.gpu else "(the CPU layout)"
     return (f"Each case in fresh processes, one after another: {args.workers} rollout workers "

@@ -26,6 +26,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import queue
+import re
 import sys
 import tempfile
 import time
@@ -337,8 +338,11 @@ def machine() -> str:
 
 def _driver() -> str:
     """The NVIDIA driver's version, or ``unknown``."""
+    # "NVRM version: NVIDIA UNIX [Open ]Kernel Module for x86_64  580.159.04  Release Build ..."
     with contextlib.suppress(OSError):
-        return Path("/proc/driver/nvidia/version").read_text().split("Kernel Module")[1].split()[0]
+        if found := re.search(r"Kernel Module.*?\s(\d+\.\d+(?:\.\d+)?)\s",
+                              Path("/proc/driver/nvidia/version").read_text()):
+            return found.group(1)
     return "unknown"
 
 
