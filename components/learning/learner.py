@@ -222,6 +222,7 @@ class Learner(Actor):
                                            run_dir, self.log, self.name)
         self._numerics = NumericsGuard(self.training, p.max_bad_updates, p.good_state_every,
                                        self.log, self.name, self._m_restores)
+        self._restores_reported = 0
         max_frames = None if self.context is None else self.context.limits.max_frames
         if self.context is not None:
             p.check_limits(self.context.limits)
@@ -333,6 +334,13 @@ class Learner(Actor):
 
     def _report(self, r: dict[str, Any]) -> None:
         appo = self.params.appo
+        # Each restore of the last good state is a contained failure: it counts against the
+        # run's per-actor budget like a slot that raised (restores between finite updates
+        # otherwise go on for ever).
+        for _ in range(self._numerics.restores - self._restores_reported):
+            self.report_failure("numerics", FloatingPointError(
+                "non-finite updates in a row: the last good state was restored"))
+        self._restores_reported = self._numerics.restores
         if r["skipped"] < appo.num_epochs * appo.num_batches_per_epoch:  # the weights changed
             self.report_advance("trained batches")
         if r["skipped"]:

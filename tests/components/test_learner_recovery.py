@@ -51,6 +51,24 @@ def test_bad_updates_in_a_row_restore_the_last_good_state(caplog) -> None:
     assert result["skipped"] == 0 and math.isfinite(result["policy_loss"])
 
 
+def test_each_restore_counts_against_the_actors_failure_budget() -> None:
+    """A restore between finite updates is a contained failure: reported once per restore (the
+    kernel's budget then ends the process, tests/kernel/test_watchdog.py), never per batch."""
+    learner = bandit_learner()
+    failures: list[str] = []
+    learner._failure_listeners.append(lambda actor, where, error: failures.append(where))
+    gen = torch.Generator().manual_seed(0)
+    for round_ in (1, 2):
+        for _ in range(learner.params.max_bad_updates):
+            batch = bandit_batch(learner, gen)
+            batch["rewards"][0, 0] = math.nan
+            learner._report(learner.train(batch))
+        assert failures == ["numerics"] * round_
+        learner._report(learner.train(bandit_batch(learner, gen)))  # finite: no restore
+        assert failures == ["numerics"] * round_
+    assert learner._numerics.restores == 2
+
+
 def test_a_good_update_resets_the_count() -> None:
     learner = bandit_learner()
     gen = torch.Generator().manual_seed(0)
