@@ -40,13 +40,17 @@ group samples): the audit that the ranks agree.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
+import ipaddress
 import json
 import logging
 import os
 import socket
-from collections.abc import Mapping, Sequence
+import struct
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -125,6 +129,8 @@ class Peers:
         """Block until every rank joined, meeting at rank 0's store on the master address."""
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
+        else:
+            pin_gloo(self.group.master_addr, self.group.master_port)
         dist.init_process_group(self.backend, store=rendezvous(self.group, self.timeout),
                                 timeout=self.timeout, world_size=self.group.world_size,
                                 rank=self.group.rank)
@@ -238,6 +244,43 @@ class Peers:
     def _end(self, why: str) -> None:
         self.active = False
         self.log.warning("rank %d: %s; training alone from now on", self.group.rank, why)
+
+
+def pin_gloo(master_addr: str, master_port: int,
+             environ: MutableMapping[str, str] = os.environ) -> str | None:
+    """Have gloo listen on the interface this host reaches the master address through (the
+    loopback for a master on 127.0.0.1), unless ``GLOO_SOCKET_IFNAME`` already names one; the
+    interface, or None where none holds that address (gloo then picks, by the host name)."""
+    if environ.get("GLOO_SOCKET_IFNAME"):
+        return environ["GLOO_SOCKET_IFNAME"]
+    family, *_, target = socket.getaddrinfo(master_addr, master_port, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect(target)  # UDP: chooses the route and its source address, sends nothing
+        local = ipaddress.ip_address(probe.getsockname()[0].split("%")[0])
+    for name, addresses in interface_addresses().items():
+        if local in addresses:
+            environ["GLOO_SOCKET_IFNAME"] = name
+            return name
+    return None
+
+
+def interface_addresses() -> dict[str, set[ipaddress.IPv4Address | ipaddress.IPv6Address]]:
+    """Each network interface's IPv4 and IPv6 addresses (Linux: SIOCGIFADDR, /proc/net/if_inet6)."""
+    found: dict[str, set[ipaddress.IPv4Address | ipaddress.IPv6Address]] = {}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            with contextlib.suppress(OSError):  # no IPv4 address
+                reply = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, request)
+                found.setdefault(name, set()).add(ipaddress.IPv4Address(reply[20:24]))
+    with contextlib.suppress(OSError):  # no IPv6
+        for line in Path("/proc/net/if_inet6").read_text().splitlines():
+            hex_address, *_, name = line.split()
+            found.setdefault(name, set()).add(ipaddress.IPv6Address(bytes.fromhex(hex_address)))
+    return found
+
+
+_SIOCGIFADDR = 0x8915
 
 
 def rendezvous(group: NodeGroup, timeout: timedelta) -> dist.TCPStore:

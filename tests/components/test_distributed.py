@@ -11,8 +11,14 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from components.learning.distributed import NodeGroup, Peers, check_supported, group_from_env
-from tests.kernel.runs import free_port
+from components.learning.distributed import (
+    NodeGroup,
+    Peers,
+    check_supported,
+    group_from_env,
+    interface_addresses,
+)
+from tests.kernel.runs import free_port, listening, tcp_listeners
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -146,18 +152,6 @@ def test_populations_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         check_supported(4)
 
 
-def _listening(port: int) -> set[str]:
-    """The local addresses (hex, as /proc/net shows them) listening on TCP ``port``."""
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            local, state = line.split()[1], line.split()[3]
-            address, _, hexport = local.rpartition(":")
-            if int(hexport, 16) == port and state == "0A":  # LISTEN
-                found.add(address)
-    return found
-
-
 def test_the_rendezvous_listens_on_the_master_address_only() -> None:
     from datetime import timedelta
 
@@ -167,10 +161,42 @@ def test_the_rendezvous_listens_on_the_master_address_only() -> None:
     store = rendezvous(NodeGroup(2, 0, master_addr="127.0.0.1", master_port=port),
                        timedelta(seconds=5))
     try:
-        assert _listening(port) == {"0100007F"}  # 127.0.0.1, not 0.0.0.0 or ::
+        assert listening(port) == {"127.0.0.1"}  # not 0.0.0.0 or ::
         store.set("k", "v")
         client = rendezvous(NodeGroup(2, 1, master_addr="127.0.0.1", master_port=port),
                             timedelta(seconds=5))
         assert client.get("k") == b"v"
     finally:
         del store
+
+
+def _own_listeners(rank: int, addr: str, port: int, out: str) -> None:
+    os.environ.update(WORLD_SIZE=str(WORLD), RANK=str(rank), MASTER_ADDR=addr,
+                      MASTER_PORT=str(port))
+    net = Net()
+    peers = Peers(group_from_env(), list(net.parameters()), list(net.buffers()), timeout_s=20)
+    peers.join()
+    inodes = {int(link[8:-1]) for fd in Path("/proc/self/fd").iterdir()
+              if (link := os.readlink(fd) if fd.exists() else "").startswith("socket:[")}
+    mine = sorted({address for address, _, inode in tcp_listeners() if inode in inodes})
+    peers.average(True, HALF)  # both ranks looked while the group was up
+    peers.close()
+    Path(out, f"rank{rank}.txt").write_text(" ".join(mine))
+
+
+def _beyond_loopback() -> str | None:
+    """An IPv4 address of this machine that is not a loopback one, or None."""
+    return next((str(a) for addresses in interface_addresses().values() for a in addresses
+                 if a.version == 4 and not a.is_loopback), None)
+
+
+@pytest.mark.parametrize("where", ["loopback", "beyond"])
+def test_gloo_listens_on_the_masters_interface_only(where: str, tmp_path: Path) -> None:
+    """Gloo's own listeners (not the rendezvous) bind the address this host reaches the master
+    through, never what the host name resolves to (here 127.0.0.1 whatever the master)."""
+    addr = "127.0.0.1" if where == "loopback" else _beyond_loopback()
+    if addr is None:
+        pytest.skip("this machine has no IPv4 address beyond loopback")
+    mp.spawn(_own_listeners, args=(addr, free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    for rank in range(WORLD):
+        assert (tmp_path / f"rank{rank}.txt").read_text() == addr

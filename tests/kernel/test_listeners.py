@@ -3,40 +3,16 @@ default), and serving it beyond loopback is said at start."""
 
 from __future__ import annotations
 
-import ipaddress
 import signal
-import struct
 from pathlib import Path
 
 import pytest
 
-from tests.kernel.runs import free_port, start_run, wait_for
+from tests.kernel.runs import free_port, listening, start_run, wait_for
 
 pytestmark = pytest.mark.multiprocess
 
 SUM_DEMO = Path(__file__).parents[2] / "topologies" / "sum_demo.yaml"
-_LISTEN = "0A"
-
-
-def listening(port: int) -> set[str]:
-    """The local addresses of every TCP socket of this machine listening on ``port``."""
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:  # no IPv6
-            continue
-        for line in lines:
-            local, state = line.split()[1], line.split()[3]
-            address, hex_port = local.split(":")
-            if state != _LISTEN or int(hex_port, 16) != port:
-                continue
-            raw = bytes.fromhex(address)
-            # the kernel writes each 32-bit word in host order
-            words = struct.unpack(f"<{len(raw) // 4}I", raw)
-            packed = struct.pack(f">{len(words)}I", *words)
-            found.add(str(ipaddress.ip_address(packed)))
-    return found
 
 
 def _serve(tmp_path: Path, *sets: str) -> tuple[set[str], str]:
