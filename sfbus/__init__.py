@@ -4,8 +4,8 @@ The public kernel API is the names below; everything else in the package is priv
 
 - Writing actors: ``Actor``, ``Signal``, ``slot``, ``NoParams``, ``Message``, ``Empty``;
   ``ActorContext`` (what a running actor sees: its run, routing table and shared memory);
-  ``Range`` (bounds of a number parameter, as ``Annotated`` metadata) and ``Interval`` (a
-  timer's seconds, 0.01 to 1e7).
+  ``Range`` (bounds of a number parameter, as ``Annotated`` metadata), ``Interval`` (a
+  timer's seconds, 0.01 to 1e7) and ``Seconds`` (a duration, 0 to 1e7).
 - Shared memory: ``ArraySpec``, ``SharedArray``, ``SlotPool``.
 - Topologies: ``Topology``, ``load_topology`` (a file plus ``--set`` overrides, validated),
   ``validate_topology`` (that, plus the sizes of the run's shared arrays, as ``sfbus validate``),
@@ -50,7 +50,7 @@ from sfbus.shm import ArraySpec, SharedArray
 from sfbus.slot_pool import SlotPool
 from sfbus.topology import Topology, import_actor_class, load_topology
 from sfbus.topology.imports import ImportPathError, import_object
-from sfbus.topology.params import Interval, Range
+from sfbus.topology.params import Interval, Range, Seconds
 from sfbus.validation import validate_topology
 
 __all__ = [
@@ -73,6 +73,7 @@ __all__ = [
     "RunLimits",
     "RunRecord",
     "RunRecords",
+    "Seconds",
     "SfbusError",
     "SharedArray",
     "SharedMemoryError",

@@ -63,6 +63,7 @@ from sfbus import (
     RateLimitedLog,
     RunLimits,
     RunRecords,
+    Seconds,
     Signal,
     Topology,
     slot,
@@ -90,7 +91,7 @@ class Learner(Actor):
         reward_scale: float = 1.0
         """Rewards are multiplied by this, and by the env's own scale (``EnvSpec.reward_scale``:
         0.01 on doom_basic, as Sample Factory), before the loss."""
-        checkpoint_every_s: float = 120.0
+        checkpoint_every_s: Seconds = 120.0
         """Seconds between checkpoints (one more is written at a graceful stop)."""
         keep_checkpoints: int = 3
         """Newest checkpoints kept; older ones are deleted."""
@@ -100,9 +101,9 @@ class Learner(Actor):
         return; "" writes none. Needs ``rollout.episode_finished`` wired to this learner."""
         save_best_after: int = 100_000
         """Env frames trained on before a best checkpoint is written (early means are noise)."""
-        save_best_every_s: float = 5.0
+        save_best_every_s: Seconds = 5.0
         """Seconds at least between two best checkpoints (a rising metric beats it often)."""
-        save_milestones_s: float = 0.0
+        save_milestones_s: Seconds = 0.0
         """Seconds between milestone checkpoints (``milestones/``, all kept); 0: none."""
         torch_threads: int = 1
         """Intra-op threads of torch in this process (1: the learner owns a core)."""
@@ -116,7 +117,7 @@ class Learner(Actor):
         """Non-finite updates in a row after which the last good state is put back."""
         good_state_every: int = 20
         """Batches between the in-memory copies of the last good state."""
-        peer_timeout_s: float = 300.0
+        peer_timeout_s: Seconds = 300.0
         """Distributed runs: seconds to wait for the other nodes' learners (joining, each step)."""
         max_failed_batches: int = 3
         """Batches in a row whose training raised after which the learner's process gives up

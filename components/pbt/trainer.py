@@ -32,7 +32,7 @@ from components.learning.checkpoint import load_newest, save_checkpoint
 from components.pbt.member import MemberParams, is_population_member, prune_snapshots
 from components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
 from components.pbt.rules import Decision, PbtRules, Population
-from sfbus import Actor, Signal, Topology, import_actor_class, slot
+from sfbus import Actor, Seconds, Signal, Topology, import_actor_class, slot
 from sfbus import metrics as prom
 
 _STATE_KEYS = ("hyperparams", "last_update", "frames", "returns", "next_exchange", "updates",
@@ -79,7 +79,7 @@ class PopulationTrainer(Actor):
         """Unused here (the learners' own values are read); lets ``appo`` settings resolve."""
         keep_checkpoints: int = 3
         """PBT checkpoints and exchange snapshots kept."""
-        announce_every_s: float = 60.0
+        announce_every_s: Seconds = 60.0
         """Seconds between re-sending every policy's hyperparameters (a restarted rollout
         worker or learner gets them back; 0: only on changes)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from components.datapath.settings import DataPathParams
-from sfbus import Interval
+from sfbus import Interval, Seconds
 
 
 @dataclass(frozen=True)
@@ -19,10 +19,10 @@ class RolloutParams(DataPathParams):
     its episode starts (see :mod:`components.sampling.policy_mapping`)."""
     progress_interval_s: Interval = 1.0
     """Seconds between ``rollout_progress`` reports to the stats actor."""
-    inference_timeout_s: float = 3.0
+    inference_timeout_s: Seconds = 3.0
     """A split whose actions did not come within this many seconds (up to twice as many) sends
     its request again: the inference worker may have died with it."""
-    env_step_timeout_s: float = 10.0
+    env_step_timeout_s: Seconds = 10.0
     """An env step running longer is aborted and the env recreated (0: no watchdog); keep it
     under the run's ``heartbeat_timeout_s``."""
     env_recreate_attempts: int = 5

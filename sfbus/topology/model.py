@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sfbus.topology.params import Interval
+from sfbus.topology.params import Interval, Seconds
 
 RestartPolicy = Literal["always", "on-failure", "never"]
 DeliveryMode = Literal["broadcast", "any", "local"]
@@ -69,7 +69,7 @@ class ConnectionSpec:
     target: str
     slot: str
     mode: DeliveryMode = "broadcast"
-    coalesce_s: float = 0.0
+    coalesce_s: Seconds = 0.0
     """Seconds a delivery to another process may wait to share a frame with later ones (for
     statistics: fewer wake-ups of the receiver); 0 sends it when the loop iteration ends."""
     location: Location | None = None
@@ -83,24 +83,24 @@ class RunSettings:
 
     heartbeat_interval_s: Interval = 1.0
     """Seconds between a process's heartbeats."""
-    heartbeat_timeout_s: float = 30.0
+    heartbeat_timeout_s: Seconds = 30.0
     """A started process silent this long is reported and killed (then restarted)."""
-    start_timeout_s: float = 60.0
+    start_timeout_s: Seconds = 60.0
     """A process that has not started (Ready, then every ``on_start`` done) in this time is
     killed (then restarted)."""
-    stop_timeout_s: float = 10.0
+    stop_timeout_s: Seconds = 10.0
     """Seconds a process gets to stop gracefully before it is killed."""
     max_restarts: int = 3
     """Restarts of one process allowed within ``restart_window_s``; one more fails the run."""
-    restart_window_s: float = 60.0
+    restart_window_s: Seconds = 60.0
     """The sliding window the restarts are counted in."""
     max_actor_failures: int = 50
     """Failures one actor's code may have within ``actor_failure_window_s`` (slots, timers,
     tasks that raise, which the kernel contains): one more ends the actor's process (exit 1),
     which its restart policy restarts or which fails the run. 0: no limit."""
-    actor_failure_window_s: float = 300.0
+    actor_failure_window_s: Seconds = 300.0
     """The sliding window an actor's failures are counted in."""
-    progress_timeout_s: float = 300.0
+    progress_timeout_s: Seconds = 300.0
     """A kind of progress an actor counts (``Actor.report_advance``: env frames, trained
     batches, ...) that stands still this long ends the run with exit 1, naming the actor and
     what it last did; longer than any pause a run makes on purpose (a checkpoint, a PBT

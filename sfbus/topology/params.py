@@ -44,6 +44,10 @@ Interval = Annotated[float, Range(0.01, 1e7)]
 """Seconds between the ticks of a timer: under 10 ms a timer floods its process (and its
 peers) with work, over 1e7 s (four months) it never ticks in a run."""
 
+Seconds = Annotated[float, Range(0.0, 1e7)]
+"""A duration (a timeout, a window, a period that 0 may switch off): over 1e7 s (four months) it
+never ends in a run, and the waits that take it overflow (a thread's wait near 9e9 s)."""
+
 
 class ParamError(Exception):
     """A value does not fit its declared type; ``path`` is relative to the mapping converted.

@@ -120,8 +120,12 @@ def test_a_setting_named_after_an_actor_points_at_the_actor_parameter_path(load)
 
 @pytest.mark.parametrize(("override", "message"), [
     ("run.heartbeat_interval_s=0", "expected a number in 0.01..1e+07, got float 0.0"),
-    ("run.stop_timeout_s=-1", "stop_timeout_s must be a finite number > 0, got -1.0"),
+    ("run.stop_timeout_s=-1", "expected a number in 0..1e+07, got float -1.0"),
+    ("run.stop_timeout_s=0", "stop_timeout_s must be a finite number > 0, got 0.0"),
     ("run.start_timeout_s=.nan", "expected a finite float, got float nan"),
+    # finite but past any run: the waits that take it would overflow (a thread's near 9e9 s)
+    ("run.stop_timeout_s=1e300", "expected a number in 0..1e+07, got float 1e+300"),
+    ("run.progress_timeout_s=1e10", "expected a number in 0..1e+07, got float 10000000000.0"),
     ("run.max_restarts=-1", "max_restarts must be >= 0, got -1"),
     ("run.heartbeat_timeout_s=0.5",
      "heartbeat_timeout_s must be > heartbeat_interval_s (1), got 0.5"),
