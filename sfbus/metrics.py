@@ -48,11 +48,50 @@ def _get(kind: str, name: str, doc: str, labels: tuple[str, ...], **kwargs: Any)
     if metric is None:
         import prometheus_client
 
+        if multiprocess_dir() is not None:
+            _allocate_before_writing()
+
         if kind != "Gauge":
             kwargs.pop("multiprocess_mode", None)
         metric = getattr(prometheus_client, kind)(name, doc, labels, **kwargs)
         _metrics[name] = metric
     return metric
+
+
+def _allocate_before_writing() -> None:
+    """Give every byte of this process's metric files real blocks before it is written.
+
+    prometheus_client maps its files and grows them sparse (truncate): a write into a page the
+    file system cannot allocate (a full disk) kills the process with SIGBUS. Allocated first
+    with ``posix_fallocate``, such a write fails as an ``OSError`` where the metric is updated:
+    contained, and counted against the actor's failure budget, like any other failure.
+    """
+    from prometheus_client import mmap_dict
+
+    mmapped = mmap_dict.MmapedDict
+    if getattr(mmapped, "_sfbus_allocated", False):
+        return
+    init, init_value = mmapped.__init__, mmapped._init_value
+
+    def allocated_init(self: Any, filename: str, read_mode: bool = False) -> None:
+        if not read_mode:
+            fd = os.open(filename, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                size = max(os.fstat(fd).st_size, mmap_dict._INITIAL_MMAP_SIZE)
+                os.posix_fallocate(fd, 0, size)
+            finally:
+                os.close(fd)
+        init(self, filename, read_mode)
+
+    def allocated_init_value(self: Any, key: str) -> None:
+        # An entry is its length (4 bytes), the key padded to 8 bytes and two doubles.
+        if self._used + 4 + len(key.encode()) + 8 + 16 > self._capacity:
+            os.posix_fallocate(self._f.fileno(), 0, 2 * self._capacity)
+        init_value(self, key)
+
+    mmapped.__init__ = allocated_init
+    mmapped._init_value = allocated_init_value
+    mmapped._sfbus_allocated = True
 
 
 def exposition() -> bytes:

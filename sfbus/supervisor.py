@@ -23,6 +23,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import zmq
@@ -249,6 +250,9 @@ class Supervisor:
                      self.run_dir)
 
     async def _spawn(self, child: _Child) -> None:
+        # The child's restart series exists from its first start: counting a restart later
+        # writes a value only, never a new entry that a full disk could refuse.
+        _restarts().labels(child.name)
         child.ready = child.started = False
         child.progress_base += child.progress
         child.progress = 0
@@ -355,8 +359,7 @@ class Supervisor:
                          f"{self.settings.restart_window_s:g} s; giving up")
             return
         log.warning("process %s exited with code %s; restarting", child.name, code)
-        metrics.counter("sfbus_supervisor_restarts_total", "Process restarts",
-                        ("process",)).labels(child.name).inc()
+        _restarts().labels(child.name).inc()
         task_ = asyncio.ensure_future(self._spawn(child))
         task_.add_done_callback(lambda t: t.exception() and self._finish(
             ExitCode.FAILED, f"could not restart {child.name}: {t.exception()}"))
@@ -462,3 +465,8 @@ def _kill_group(pid: int) -> None:
 def snapshot_document(topology: Topology) -> dict:
     """The merged document a run's processes reload (extends and ``--set`` already applied)."""
     return msgspec.to_builtins(topology.document)
+
+
+def _restarts() -> Any:
+    """The supervisor's counter of process restarts, by process."""
+    return metrics.counter("sfbus_supervisor_restarts_total", "Process restarts", ("process",))

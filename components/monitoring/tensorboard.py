@@ -23,6 +23,7 @@ the whole run, all policies).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from components.datapath.messages import (
 )
 from components.monitoring.wandb_sink import WandbConfig, WandbSink
 from components.pbt.messages import HyperparamsChanged
-from sfbus import Actor, Interval, slot
+from sfbus import Actor, Interval, RateLimitedLog, slot
 
 # TrainingStats fields written per training step, by tag name (the mean lag keeps its old tag).
 _TRAINING_TAGS = {"lag" if name == "lag_mean" else name: name for name in TRAINING_FIGURES}
@@ -86,10 +87,9 @@ class TensorBoardWriter(Actor):
             self.log.info("%s: no run directory and no tensorboard_dir; writing nothing",
                           self.name)
             return
-        from torch.utils.tensorboard import SummaryWriter  # loads tensorboard: only when used
-
         # flush_secs only bounds the writer thread's own flushes; write() flushes every window.
-        self.writer = SummaryWriter(folder, flush_secs=max(1, round(self.params.report_every_s)))
+        self.writer = _EventFiles(folder, max(1, round(self.params.report_every_s)),
+                                  RateLimitedLog(self.log), self.name)
         if self.params.wandb.project:
             self.writer = _Both(self.writer, self._open_wandb())
         self.every(self.params.report_every_s, self.write, "tensorboard write")
@@ -173,6 +173,57 @@ class TensorBoardWriter(Actor):
             self.write(final=True)
             self.writer.close()
             self.writer = None
+
+
+class _EventFiles:
+    """TensorBoard's ``SummaryWriter`` that outlives a full disk: a write or flush that fails
+    with ``OSError`` closes it (its writer thread has died) and warns that scalars are being
+    lost; the next flush opens a new event file in the same folder (TensorBoard reads them all
+    as one run). Training goes on meanwhile: a full disk is no failure of this actor."""
+
+    def __init__(self, folder: str, flush_secs: int, warn: RateLimitedLog, name: str) -> None:
+        self.folder, self.flush_secs, self.warn, self.name = folder, flush_secs, warn, name
+        self.writer: Any = None
+        self._open()
+
+    def _open(self) -> None:
+        from torch.utils.tensorboard import SummaryWriter  # loads tensorboard: only when used
+
+        try:
+            self.writer = SummaryWriter(self.folder, flush_secs=self.flush_secs)
+        except OSError as error:
+            self._lose(error)
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        """Write one scalar (lost while the folder cannot be written)."""
+        if self.writer is not None:
+            try:
+                self.writer.add_scalar(tag, value, step)
+            except OSError as error:
+                self._lose(error)
+
+    def flush(self) -> None:
+        """Flush the event file, or open a new one after a failure."""
+        if self.writer is None:
+            self._open()
+            return
+        try:
+            self.writer.flush()
+        except OSError as error:
+            self._lose(error)
+
+    def close(self) -> None:
+        """Close the event file (a writer that failed may raise its error again: dropped)."""
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            with contextlib.suppress(OSError):
+                writer.close()
+
+    def _lose(self, error: OSError) -> None:
+        self.warn.warning("lost", "%s: cannot write event files in %s (%s): scalars are lost "
+                          "until it can, then a new event file follows", self.name, self.folder,
+                          error)
+        self.close()
 
 
 class _Both:
