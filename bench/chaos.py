@@ -1,19 +1,18 @@
 """A chaos soak of doom_basic: random SIGKILL and SIGSTOP of any of the run's processes, an env
 that raises at random, a checkpoint folder that cannot be written for a while.
 
-``python -m bench.chaos [--minutes 30] [--every 20,60] [--seed 0] [--write-docs]``; not in CI,
-it takes the machine for the whole run. Every 20-60 s (uniform) one process of the run, chosen
-at random among its children (the rollout processes with their inference workers, the learner)
-and their VizDoom engines, gets SIGKILL or SIGSTOP (even odds); a stopped one gets SIGCONT
-5-20 s later in half the cases, otherwise it stays stopped for the supervisor's heartbeat or
-the env-step watchdog to find. The envs are doom_basic behind :func:`flaky_doom_basic`, which
+``python -m bench.chaos [--minutes 30] [--every 20,60] [--seed 0] [--write-docs]``; not in CI, it
+takes the machine for the whole run. Every 20-60 s (uniform) one process of the run gets SIGKILL or
+SIGSTOP (even odds), chosen at random, with even odds, among its children (the rollout processes
+with their inference workers, the learner) or among their VizDoom engines; a stopped one gets
+SIGCONT 5-20 s later in half the cases, otherwise it stays stopped for the supervisor's heartbeat
+or the env-step watchdog to find. The envs are doom_basic behind :func:`flaky_doom_basic`, which
 raises from a step with probability ``RAISE_P``. A third of the way in, the policy's checkpoint
-folder is replaced by a file for ``BLOCKED_S`` (longer than doom_basic's checkpoint interval),
-then put back. The bench samples ``progress.jsonl`` every second and the score of ``best/``
-whenever it changes. It passes when the run ends by its own ``--max-seconds`` with exit 0, env
-frames and the policy version never stood still longer than the run's ``progress_timeout_s``,
-the best checkpoint's score never fell, and no process or shared-memory segment of the run is
-left.
+folder is replaced by a file for ``BLOCKED_S`` (longer than doom_basic's checkpoint interval), then
+put back. The bench samples ``progress.jsonl`` every second and the score of ``best/`` whenever it
+changes. It passes when the run ends by its own ``--max-seconds`` with exit 0, env frames and the
+policy version never stood still longer than the run's ``progress_timeout_s``, the best
+checkpoint's score never fell, and no process or shared-memory segment of the run is left.
 """
 
 from __future__ import annotations
@@ -132,9 +131,14 @@ def victims(run_dir: Path) -> dict[int, str]:
 def strike(rng: random.Random, run_dir: Path, now: float, chaos: Chaos) -> None:
     """SIGKILL or SIGSTOP one process of the run, chosen at random."""
     targets = victims(run_dir)
-    if not targets:
+    # Half the faults hit a child, half an engine: by head count the 32 engines would take
+    # nearly all of them.
+    children = sorted(p for p, name in targets.items() if name != "engine")
+    engines = sorted(p for p, name in targets.items() if name == "engine")
+    pool = children if children and (not engines or rng.random() < 0.5) else engines
+    if not pool:
         return
-    pid = rng.choice(sorted(targets))
+    pid = rng.choice(pool)
     kind = rng.choice(("SIGKILL", "SIGSTOP"))
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, getattr(signal, kind))
