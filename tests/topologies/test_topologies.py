@@ -17,6 +17,20 @@ TOPOLOGIES = sorted((Path(__file__).parents[2] / "topologies").glob("*.yaml"))
 # Small enough for a 2-core CI machine, large enough that every actor does its job: at most 4
 # envs per rollout worker (a topology with fewer, such as selfplay_duel's one match, keeps its own).
 SMALL_ENVS = 4
+TESTS = Path(__file__).parents[1]
+# Topologies a test of their own already runs through `sfbus run` (longer, with its checks):
+# a brief run here would repeat it.
+RUN_ELSEWHERE = {
+    "atari_breakout": "topologies/test_atari_run.py",
+    "cartpole": "topologies/test_learning.py",
+    "cartpole_eval": "topologies/test_evaluator.py",
+    "cartpole_pbt4": "topologies/test_pbt.py",
+    "doom_basic": "topologies/test_learning.py",
+    "doom_deathmatch_bots": "topologies/test_doom_bots_run.py",
+    "mujoco_halfcheetah": "topologies/test_mujoco_run.py",
+    "pettingzoo_simple_spread": "topologies/test_pettingzoo_run.py",
+    "selfplay_duel": "topologies/test_selfplay.py",
+}
 
 
 @pytest.mark.parametrize("path", TOPOLOGIES, ids=lambda p: p.stem)
@@ -48,8 +62,8 @@ def test_the_gpu_default_differs_from_the_cpu_default_in_layout_only() -> None:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)  # above the run's own 120 s limit
-@pytest.mark.parametrize("path", [p for p in TOPOLOGIES if p.stem != "doom_deathmatch_bots"],
-                         ids=lambda p: p.stem)  # that one runs in test_doom_bots_run.py
+@pytest.mark.parametrize("path", [p for p in TOPOLOGIES if p.stem not in RUN_ELSEWHERE],
+                         ids=lambda p: p.stem)
 def test_topology_runs_briefly(path: Path, tmp_path: Path) -> None:
     settings = load_topology(path).settings
     overrides = []
@@ -66,3 +80,10 @@ def test_topology_runs_briefly(path: Path, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert " raised " not in done.stderr, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("stem", sorted(RUN_ELSEWHERE))
+def test_a_topology_left_out_of_the_brief_runs_runs_in_its_own_test(stem: str) -> None:
+    text = (TESTS / RUN_ELSEWHERE[stem]).read_text()
+    assert (TESTS.parent / "topologies" / f"{stem}.yaml").is_file()
+    assert f"{stem}.yaml" in text and '"run"' in text, f"{RUN_ELSEWHERE[stem]} runs no {stem}"
