@@ -84,6 +84,13 @@ class LearnerCheckpoints:
     def write(self, state: Mapping[str, Any], version: int, kinds: tuple[Kind, ...]) -> list[Path]:
         """Write ``state`` as each of ``kinds``; a kind's clock restarts even if its write
         fails (retried at its next interval)."""
+        if "best" in kinds and self.best == -math.inf:
+            # No best was readable when this learner started (none yet, or the folder was
+            # unreadable then, e.g. replaced for a while): one may be back now, and a worse
+            # score must not replace it.
+            self.best = self._best_written()
+            if not self.metric() > self.best:
+                kinds = tuple(k for k in kinds if k != "best")
         score = self.metric() if "best" in kinds else self.best
         state = {**state, "best": {"metric": self.params.save_best_metric, "score": score}}
         written = []

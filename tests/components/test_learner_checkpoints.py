@@ -142,3 +142,26 @@ def test_the_best_never_gets_worse_across_a_crash_and_a_resume(tmp_path: Path) -
     assert resumed.due(6000) == ()  # 30 is worse than the best written
     (best,) = list_checkpoints(tmp_path / "best")
     assert load_checkpoint(best, required=("policy", "best"))["best"]["score"] == 45.0
+
+
+def test_a_best_unreadable_at_start_is_read_again_before_a_worse_one_is_written(
+        tmp_path: Path) -> None:
+    """Found by bench.chaos: a learner restarted while its checkpoint folder was replaced by a
+    file took no best score, and once the folder was back wrote a best below the one in it."""
+    folder = tmp_path / "policy_0"
+    keeper = LearnerCheckpoints(folder, 0, PARAMS, Clock())
+    keeper.on_episode(episode(45.0))
+    keeper.write({"policy": {"w": torch.zeros(2)}}, 5, ("best",))  # the best on disk: 45
+    folder.rename(tmp_path / "away")
+    folder.write_text("not a folder")
+    restarted = LearnerCheckpoints(folder, 0, PARAMS, Clock())  # cannot read best/ now
+    assert restarted.best == -math.inf
+    folder.unlink()
+    (tmp_path / "away").rename(folder)
+    restarted.on_episode(episode(30.0))
+    restarted.clock.now = 10.0
+    assert restarted.due(6000) == ("best",)  # it cannot know yet
+    restarted.write({"policy": {"w": torch.zeros(2)}}, 6, ("best",))
+    (best,) = list_checkpoints(folder / "best")
+    assert load_checkpoint(best, required=("policy", "best"))["best"]["score"] == 45.0
+    assert restarted.best == 45.0
