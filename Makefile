@@ -34,7 +34,7 @@ test: install
 	$(PY) -m pytest
 
 lint: install
-	$(VENV)/bin/ruff check sfbus components examples bench tests
+	$(VENV)/bin/ruff check sfbus sfbus_components examples bench tests
 
 clean:
 	$(VENV)/bin/sfbus clean || true

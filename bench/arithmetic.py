@@ -24,18 +24,18 @@ import torch
 
 from bench import throughput
 from bench.report import write_section
-from components.algo import AppoConfig, ObsNormalizer, ReturnsNormalizer, appo_loss
-from components.datapath.settings import DataPathParams
-from components.envs import env_spec
-from components.learning.heap import keep_freed_memory
-from components.models import ActorCritic, ModelConfig
-from components.models.policy import build_policy
+from sfbus_components.algo import AppoConfig, ObsNormalizer, ReturnsNormalizer, appo_loss
+from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.envs import env_spec
+from sfbus_components.learning.heap import keep_freed_memory
+from sfbus_components.models import ActorCritic, ModelConfig
+from sfbus_components.models.policy import build_policy
 
 SECTION = "## Where the time goes: the model's arithmetic"
 IMAGE = (3, 72, 128)
 PRECISIONS = ("float32", "bfloat16")
 INFERENCE = (*PRECISIONS, *(f"{p}, packed" for p in PRECISIONS))
-"""Inference kinds: each precision eager, then on packed weights (components/models/packed.py)."""
+"""Inference kinds: each precision eager, then on packed weights (models/packed.py)."""
 PHASES = ("normalize", "forward + loss", "backward", "clip + Adam")
 DOOM_BASIC_LOSSES = AppoConfig(with_vtrace=False, exploration_loss="symmetric_kl",
                                entropy_coeff=0.001, ppo_clip_value=0.2)
@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                  "bfloat16 in the learner and the packed step, its gates and state and the "
                  "heads in float32 (the eager inference step keeps a float32 GRU). An "
                  "inference step includes normalizing the uint8 frames; a `packed` kind is "
-                 "what the inference worker runs (`components/models/packed.py`: the learner's "
+                 "what the inference worker runs (`sfbus_components/models/packed.py`: the "
+                 "learner's "
                  "precisions on weights reordered once for oneDNN; `bfloat16, packed` with the "
                  "default `auto` on a CPU with fast bfloat16, `float32, packed` elsewhere), "
                  "`bfloat16` the eager model with the encoder's weights kept in bfloat16.")

@@ -38,9 +38,9 @@ import numpy as np
 from bench.process import stop_gracefully
 from bench.report import machine, write_section
 from bench.soak import last_record, run_processes
-from components.envs.registry import make_env
-from components.envs.spec import EnvSpec, MultiAgentEnv, ObsDict, StepOutput
 from sfbus.procfs import run_children
+from sfbus_components.envs.registry import make_env
+from sfbus_components.envs.spec import EnvSpec, MultiAgentEnv, ObsDict, StepOutput
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = "topologies/doom_basic.yaml"

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from components.datapath.buffers import PolicyWeights
-from components.datapath.settings import DataPathParams
-from components.models.policy import Policy, build_policy
+from sfbus_components.datapath.buffers import PolicyWeights
+from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.models.policy import Policy, build_policy
 
 
 class _Weights(PolicyWeights):

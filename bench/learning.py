@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench import throughput
 from bench.report import write_section
-from components.commands.plot import Progress, plot_runs, read_progress
+from sfbus_components.commands.plot import Progress, plot_runs, read_progress
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Learning speed: doom_basic (the default run)"

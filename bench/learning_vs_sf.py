@@ -33,10 +33,10 @@ from bench import learning, sample_factory
 from bench import throughput_topologies as tt
 from bench.report import machine as machine_line
 from bench.report import write_section
-from components.algo.ppo import AppoConfig
-from components.commands.plot import Progress, plot_runs, read_progress
-from components.datapath.settings import DataPathParams
-from components.models import ModelConfig
+from sfbus_components.algo.ppo import AppoConfig
+from sfbus_components.commands.plot import Progress, plot_runs, read_progress
+from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.models import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "runs" / "learning_vs_sf"
@@ -69,7 +69,8 @@ class Family:
 DOOM_NOTES = (
     "Same scenario on both sides as Sample Factory trains it (its action space, reward scale, "
     "gathering shaping and its own cfg's rewards, buttons and HUD: "
-    "`components/envs/doom/scenarios.py`), same model (conv_simple encoder, GRU 512, input and "
+    "`sfbus_components/envs/doom/scenarios.py`), same model (conv_simple encoder, GRU 512, "
+    "input and "
     "return normalisation), 160x120 frames resized to 128x72, frameskip 4, same workers, envs, "
     "rollout and batch. Each system learns with its own VizDoom defaults: Sample Factory with its "
     "`doom_override_defaults` (symmetric-KL exploration 0.001, value clip 0.2) and GAE (lambda "
@@ -104,7 +105,8 @@ FAMILIES = {
         measure="kills per episode (the game's reward)", notes=(
             "Battle as Sample Factory trains it on both sides (its cfg and map, five heads with "
             "turning in 11 steps, its 23 measurements and its shaping: "
-            "`components/envs/doom/scenarios.py`), Sample Factory's VizDoom model (conv_simple "
+            "`sfbus_components/envs/doom/scenarios.py`), Sample Factory's VizDoom model "
+            "(conv_simple "
             "beside an MLP of the measurements, GRU 512, input normalisation), 160x120 frames "
             "resized to 128x72, frameskip 4, and Sample Factory's own Battle settings on both "
             "sides (`topologies/doom_battle.yaml`: V-trace, no return normalisation, batch 2048, "

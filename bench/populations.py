@@ -16,7 +16,7 @@ default rollout workers (one per core) and 16 envs each, but for the first two, 
    lock-step per match) against single-player games with one built-in bot on the same map
    (``doom_deathmatch`` with ``num_bots: 1``), the same number of agents per core; and 7. full
    self-play training, ``topologies/selfplay_duel.yaml``; 8. ``doom_basic.yaml`` with an evaluator
-   (``components.evaluation.evaluator``, its default 10 episodes) every 10 s, beside case 3;
+   (``sfbus_components.evaluation.evaluator``, its default 10 episodes) every 10 s, beside case 3;
 9. Sample Factory 2.1.1's own duel self-play (``doom_duel``, its PBT) in its venv
    (:mod:`bench.sample_factory`), configured as ``selfplay_duel.yaml``: 4 policies, its rollout
    workers, matches per worker and splits (:func:`selfplay_layout`), rollout 32, batch 512,
@@ -55,7 +55,7 @@ CASES = {
                      "--reward_scale=0.5", "--timelimit=1.0"]),
     "evaluated": ("doom_basic + evaluator every 10 s", "topologies/doom_basic.yaml",
                   ["processes.evaluator.nice=10",
-                   "processes.evaluator.actors.evaluator.class=components.evaluation.evaluator:Evaluator",
+                   "processes.evaluator.actors.evaluator.class=sfbus_components.evaluation.evaluator:Evaluator",
                    "processes.evaluator.actors.evaluator.params.interval_s=10"]),
 }
 AGENTS_PER_CORE = 4  # simulation cases: 4 single-player games, or 2 duels of 2 agents

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--envs", default="8,16,32,64,128", help="total env counts")
     parser.add_argument("--cases", default="model,train", help="cases of bench.throughput")
     parser.add_argument("--workers", type=int, default=2, help="rollout workers, one core each")
-    parser.add_argument("--env", default="doom_basic", help="env name (components.envs)")
+    parser.add_argument("--env", default="doom_basic", help="env name (sfbus_components.envs)")
     parser.add_argument("--seconds", type=float, default=20.0, help="measured window per run")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds after first frames")
     parser.add_argument("--write-docs", action="store_true", help="rewrite the docs section")

@@ -38,8 +38,8 @@ import numpy as np
 from bench import throughput_topologies as tt
 from bench.report import machine as machine_line
 from bench.report import write_section
-from components.datapath.messages import SlotsReleased, TrajectoryReady
 from sfbus import Actor, Signal, slot
+from sfbus_components.datapath.messages import SlotsReleased, TrajectoryReady
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## Throughput: simulation, sampler, training"
@@ -112,7 +112,7 @@ def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: 
         import cv2
 
         cv2.setNumThreads(1)
-    from components.envs import EnvError, make_env
+    from sfbus_components.envs import EnvError, make_env
 
     made = [make_env(env, **env_kwargs) for _ in range(envs)]
     spec = made[0].spec
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, help="seconds after the first frames (def. 10)")
     parser.add_argument("--workers", type=int, default=2, help="rollout workers, one core each")
     parser.add_argument("--envs", type=int, default=16, help="envs per worker")
-    parser.add_argument("--env", default="doom_basic", help="env name (components.envs)")
+    parser.add_argument("--env", default="doom_basic", help="env name (sfbus_components.envs)")
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of "
                         + ", ".join(CASES))
     parser.add_argument("--short-episodes", type=int, default=6, metavar="N",

@@ -55,8 +55,8 @@ def affinity(workers: int) -> list[int]:
 
 def sampler_topology(env: str, workers: int, envs: int, random_actions: bool) -> str:
     """Rollout processes, each with its inference worker, and the sink: the sampler alone."""
-    from components.datapath.settings import DataPathParams
     from sfbus.topology import load_topology
+    from sfbus_components.datapath.settings import DataPathParams
 
     data_path = {f.name for f in dataclasses.fields(DataPathParams)}
     settings = {k: v for k, v in load_topology(str(ROOT / TRAINING)).settings.items()
@@ -68,13 +68,13 @@ def sampler_topology(env: str, workers: int, envs: int, random_actions: bool) ->
         "processes": {  # the layout of the training topology, the sink in the learner's place
             "rollout": {"replicas": workers, "cpu_affinity": affinity(workers), "restart": "never",
                         "actors": {"rollout": {"class":
-                            "components.sampling.rollout_worker:RolloutWorker"},
+                            "sfbus_components.sampling.rollout_worker:RolloutWorker"},
                                    "inference": {"class":
-                                       "components.sampling.inference_worker:InferenceWorker",
+                                       "sfbus_components.sampling.inference_worker:InferenceWorker",
                                                  "params": {"random_actions": random_actions}}}},
             "sink": {"restart": "never", "actors": {
                 "sink": {"class": "bench.throughput:TrajectorySink"},
-                "stats": {"class": "components.monitoring.stats:Stats"}}},
+                "stats": {"class": "sfbus_components.monitoring.stats:Stats"}}},
         },
         "connections": [
             {"from": "rollout.inference_requested", "to": "inference.on_inference_requested",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from components.models import ModelConfig
+from sfbus_components.models import ModelConfig
 
 
 class LayerNormEncoder(nn.Module):

@@ -93,8 +93,8 @@ def _join_nodes(args: argparse.Namespace) -> int | None:
     host = host.removeprefix("[").removesuffix("]")  # [::1]:29500
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"--master {args.master!r}: expected HOST:PORT, e.g. 10.0.0.1:29500")
-    # Only the learners read these (components.learning.distributed); the kernel just hands them
-    # down.
+    # Only the learners read these (sfbus_components.learning.distributed); the kernel just hands
+    # them down.
     os.environ.update(WORLD_SIZE=str(args.nodes), RANK=str(rank), LOCAL_RANK="0",
                       MASTER_ADDR=host, MASTER_PORT=port)
     return rank

@@ -30,8 +30,8 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
     Call it from the main thread, outside any event loop: the run's processes are started from
     here (with ``serial``, every actor runs on one loop in this process instead). They inherit
     this process's environment variables and import path (``sys.path``), so a module the caller
-    can import, and what it registered by import path (``components.envs.register_env``), reach
-    every one of them. Raises :class:`BadInput` when the topology, an override, a directory or
+    can import, and what it registered by import path (``sfbus_components.envs.register_env``),
+    reach every one of them. Raises :class:`BadInput` when the topology, an override, a directory or
     a limit is wrong (nothing was started).
     """
     from sfbus.loop import run as run_loop

@@ -21,7 +21,7 @@ SHM = Path("/dev/shm")
 # What this project's code makes outside a test's tmp_path: its segments and liveness locks,
 # VizDoom's engine files, POSIX semaphores, socket folders that fell back to the temp dir.
 _OURS = ("sfbus-", "ViZDoom", "sem.")
-# VizDoom's files go a few seconds after their engine (components/envs/doom/shm.py).
+# VizDoom's files go a few seconds after their engine (sfbus_components/envs/doom/shm.py).
 _GRACE_S = 10.0
 
 

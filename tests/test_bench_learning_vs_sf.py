@@ -9,7 +9,7 @@ import yaml
 
 from bench import learning_vs_sf
 from bench.sample_factory import _episode_means
-from components.commands.plot import Progress
+from sfbus_components.commands.plot import Progress
 
 ROOT = Path(__file__).resolve().parents[1]
 

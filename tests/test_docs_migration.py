@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 import yaml
 
-from components.envs.atari import AtariEnv
-from components.envs.doom.game import DoomEnv
 from sfbus import BadInput
 from sfbus.cli import build_parser
 from sfbus.topology import RunSettings, Topology, load_topology
 from sfbus.topology.loader import PROCESS_KEYS
 from sfbus.validation import validate_topology
+from sfbus_components.envs.atari import AtariEnv
+from sfbus_components.envs.doom.game import DoomEnv
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "FROM_SAMPLE_FACTORY.md"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-COMPONENTS = Path(__file__).resolve().parents[1] / "components"
+COMPONENTS = Path(__file__).resolve().parents[1] / "sfbus_components"
 # role -> the roles it must never import (the processes meet in shared memory, not in code)
 APART = {"sampling": ("learning",), "learning": ("sampling",),
          "datapath": ("sampling", "learning", "pbt", "monitoring", "evaluation")}
@@ -27,10 +27,10 @@ def imported_modules(path: Path) -> set[str]:
 @pytest.mark.parametrize("role", sorted(APART))
 def test_roles_stay_apart(role: str) -> None:
     modules = sorted((COMPONENTS / role).glob("*.py"))
-    assert modules, f"components/{role}/ is empty"
+    assert modules, f"sfbus_components/{role}/ is empty"
     crossings = [(m.name, name) for m in modules for name in imported_modules(m)
-                 for other in APART[role] if name.startswith(f"components.{other}")]
-    assert not crossings, f"components/{role} imports what it must not: {crossings}"
+                 for other in APART[role] if name.startswith(f"sfbus_components.{other}")]
+    assert not crossings, f"sfbus_components/{role} imports what it must not: {crossings}"
 
 
 def test_components_use_only_the_kernels_public_api() -> None:

@@ -36,7 +36,7 @@ unset), with ``<policy>`` replaced by the id in its name and values (a value tha
     processes:
       learner:
         actors:
-          learner_<policy>: {class: components.learning.learner:Learner,
+          learner_<policy>: {class: sfbus_components.learning.learner:Learner,
                              params: {policy: <policy>}}
           learner_2: {params: {appo: {lr: 1e-3}}}   # optional: refines policy 2's copy
     connections:   # an end named with <policy>: one connection per policy, same id at both ends

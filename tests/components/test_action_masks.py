@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from components.algo import AppoConfig, appo_loss
-from components.envs import EnvSpec, ObsField, make_env
-from components.envs.checks import check_env
-from components.models import ActorCritic
-from components.models.config import ModelConfig
-from components.models.distributions import ActionDistribution
+from sfbus_components.algo import AppoConfig, appo_loss
+from sfbus_components.envs import EnvSpec, ObsField, make_env
+from sfbus_components.envs.checks import check_env
+from sfbus_components.models import ActorCritic
+from sfbus_components.models.config import ModelConfig
+from sfbus_components.models.distributions import ActionDistribution
 from tests.components.action_envs import LowestAllowed
 from tests.short_runs import mean_rewards
 

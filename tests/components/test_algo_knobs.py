@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from components.algo import AppoConfig
-from components.algo.lamb import Lamb
-from components.algo.lr_schedule import LrSchedule
-from components.models.distributions import ActionDistribution
+from sfbus_components.algo import AppoConfig
+from sfbus_components.algo.lamb import Lamb
+from sfbus_components.algo.lr_schedule import LrSchedule
+from sfbus_components.models.distributions import ActionDistribution
 
 
 def reference_kl_adaptive(lr: float, kl: float, threshold: float = 0.008, low: float = 1e-6,
@@ -196,9 +196,9 @@ def test_mostly_invalid_batches_are_reported():
 
 def test_kl_penalty_is_the_kl_to_the_behaviour_distribution():
     """kl_loss_coeff adds c * E[KL(pi || mu)], mu rebuilt from the stored parameters."""
-    from components.algo import appo_loss
-    from components.models import ModelConfig
-    from components.models.actor_critic import ActorCritic
+    from sfbus_components.algo import appo_loss
+    from sfbus_components.models import ModelConfig
+    from sfbus_components.models.actor_critic import ActorCritic
     from tests.components.test_ppo import make_batch
 
     torch.manual_seed(0)
@@ -236,9 +236,9 @@ def test_gaussian_parameters_round_trip():
 def test_recurrence_runs_pieces_from_the_stored_states():
     """With the true states stored, pieces of `recurrence` steps give the whole-rollout loss
     exactly; with other stored states, the pieces start from those (truncated BPTT)."""
-    from components.algo import appo_loss
-    from components.models import ModelConfig
-    from components.models.actor_critic import ActorCritic
+    from sfbus_components.algo import appo_loss
+    from sfbus_components.models import ModelConfig
+    from sfbus_components.models.actor_critic import ActorCritic
     from tests.components.test_ppo import make_batch
 
     torch.manual_seed(0)
@@ -272,7 +272,7 @@ def test_recurrence_runs_pieces_from_the_stored_states():
 
 
 def test_recurrence_must_divide_the_rollout():
-    from components.learning.learner import Learner
+    from sfbus_components.learning.learner import Learner
 
     with pytest.raises(ValueError, match="recurrence"):
         Learner.Params(env="gym:CartPole-v1", rollout=32, appo=AppoConfig(recurrence=5))

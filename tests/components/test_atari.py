@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from ale_py.env import AtariEnv as RawAle
 
-from components.envs import UnknownEnvError, env_spec, known_envs, make_env
-from components.envs.atari import AtariEnv, atari_games
+from sfbus_components.envs import UnknownEnvError, env_spec, known_envs, make_env
+from sfbus_components.envs.atari import AtariEnv, atari_games
 
 SEED = 3
 FIRE = 1

@@ -14,19 +14,19 @@ import numpy as np
 import pytest
 import torch
 
-from components.datapath.buffers import TrajectoryBuffer
-from components.datapath.messages import ActionsReady, BatchReady, InferenceRequest
-from components.datapath.record import DataPath
-from components.datapath.settings import DataPathParams
-from components.envs import EnvError
-from components.envs.multi_agent import ToyMultiAgentEnv
-from components.envs.vector import VectorEnvs
-from components.models.policy import Policy
-from components.sampling.inference_worker import _Rows
 from sfbus import slot
 from sfbus.errors import TopologyError
 from sfbus.topology import load_topology
 from sfbus.topology.model import ProcessSpec
+from sfbus_components.datapath.buffers import TrajectoryBuffer
+from sfbus_components.datapath.messages import ActionsReady, BatchReady, InferenceRequest
+from sfbus_components.datapath.record import DataPath
+from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.envs import EnvError
+from sfbus_components.envs.multi_agent import ToyMultiAgentEnv
+from sfbus_components.envs.vector import VectorEnvs
+from sfbus_components.models.policy import Policy
+from sfbus_components.sampling.inference_worker import _Rows
 from tests.components import test_inference as ti
 from tests.components import test_learner as tl
 from tests.components import test_rollout as tr

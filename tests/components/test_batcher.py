@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 import pytest
 
-from components.datapath.messages import BatchReady, LearnerIdle, TrajectoryReady
-from components.learning.batcher import Batcher
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from sfbus_components.datapath.messages import BatchReady, LearnerIdle, TrajectoryReady
+from sfbus_components.learning.batcher import Batcher
 from tests.kernel.conftest import hosted
 
 
@@ -37,7 +37,7 @@ def topology() -> Topology:
     return Topology("batcher", "<test>", (
         ProcessSpec("feed", (ActorSpec("feeder", "tests.components.test_batcher:Feeder", None),)),
         ProcessSpec("batch", (ActorSpec("batcher",
-                "components.learning.batcher:Batcher", params),)),
+                "sfbus_components.learning.batcher:Batcher", params),)),
     ), (
         ConnectionSpec("feeder", "trajectory_ready", "batcher", "on_trajectory_ready"),
         ConnectionSpec("feeder", "learner_idle", "batcher", "on_learner_idle"),

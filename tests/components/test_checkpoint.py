@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from components.algo import AppoConfig
-from components.learning import checkpoint
-from components.learning.checkpoint import (
+from sfbus_components.algo import AppoConfig
+from sfbus_components.learning import checkpoint
+from sfbus_components.learning.checkpoint import (
     CheckpointError,
     latest_checkpoint,
     list_checkpoints,
@@ -17,9 +17,9 @@ from components.learning.checkpoint import (
     load_newest,
     save_checkpoint,
 )
-from components.learning.checkpoint_schedule import LearnerCheckpoints
-from components.learning.learner import Learner
-from components.models import ModelConfig
+from sfbus_components.learning.checkpoint_schedule import LearnerCheckpoints
+from sfbus_components.learning.learner import Learner
+from sfbus_components.models import ModelConfig
 
 T = 8
 

@@ -7,13 +7,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
-import components.datapath.record as record_module
-from components.datapath.buffers import TrajectoryLayout
-from components.datapath.record import DataPath
-from components.envs.spec import EnvSpec, ObsField
-from components.models.policy import published_size
+import sfbus_components.datapath.record as record_module
 from sfbus import TopologyError, load_topology
 from sfbus.routing import RoutingTable
+from sfbus_components.datapath.buffers import TrajectoryLayout
+from sfbus_components.datapath.record import DataPath
+from sfbus_components.envs.spec import EnvSpec, ObsField
+from sfbus_components.models.policy import published_size
 
 TOPOLOGIES = Path(__file__).parents[2] / "topologies"
 

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from components.envs import register_env
-from components.envs.spec import EnvSpec, EpisodeStats, MultiAgentEnv, ObsDict, ObsField
-from components.sampling.rollout_params import RolloutParams
-from components.sampling.worker_envs import WorkerEnvs
+from sfbus_components.envs import register_env
+from sfbus_components.envs.spec import EnvSpec, EpisodeStats, MultiAgentEnv, ObsDict, ObsField
+from sfbus_components.sampling.rollout_params import RolloutParams
+from sfbus_components.sampling.worker_envs import WorkerEnvs
 
 ROOT = Path(__file__).parents[2]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from components.models.device import check_device, resolve_device
+from sfbus_components.models.device import check_device, resolve_device
 from tests.devices import CUDA_MISSING
 
 HAS_CUDA = torch.cuda.is_available()

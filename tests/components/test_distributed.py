@@ -1,5 +1,5 @@
-"""Gradient averaging between two real processes (components.learning.distributed): over gloo on
-the CPU, over NCCL with a GPU per rank where the machine has two."""
+"""Gradient averaging between two real processes (sfbus_components.learning.distributed): over
+gloo on the CPU, over NCCL with a GPU per rank where the machine has two."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from components.learning.distributed import (
+from sfbus_components.learning.distributed import (
     NodeGroup,
     Peers,
     check_supported,
@@ -155,7 +155,7 @@ def test_populations_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_rendezvous_listens_on_the_master_address_only() -> None:
     from datetime import timedelta
 
-    from components.learning.distributed import rendezvous
+    from sfbus_components.learning.distributed import rendezvous
 
     port = free_port()
     store = rendezvous(NodeGroup(2, 0, master_addr="127.0.0.1", master_port=port),

@@ -11,10 +11,10 @@ import pytest
 
 pytest.importorskip("vizdoom")
 
-from components.envs import make_env
-from components.envs.doom.duel import DoomDuelEnv
-from components.envs.doom.match import _instance_id
-from components.envs.doom.shm import SHM_DIR
+from sfbus_components.envs import make_env
+from sfbus_components.envs.doom.duel import DoomDuelEnv
+from sfbus_components.envs.doom.match import _instance_id
+from sfbus_components.envs.doom.shm import SHM_DIR
 
 
 def _alive(pid: int) -> bool:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import vizdoom as vzd
 
-from components.envs import env_spec, make_env
+from sfbus_components.envs import env_spec, make_env
 
 V = vzd.GameVariable
 

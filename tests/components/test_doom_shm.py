@@ -6,8 +6,8 @@ import os
 import time
 from pathlib import Path
 
-from components.envs import make_env
-from components.envs.doom.shm import SHM_DIR, live_instance_ids, remove_orphaned_segments
+from sfbus_components.envs import make_env
+from sfbus_components.envs.doom.shm import SHM_DIR, live_instance_ids, remove_orphaned_segments
 
 
 def _fake(name: str, age_s: float) -> Path:

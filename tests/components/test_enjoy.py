@@ -14,12 +14,12 @@ import torch
 import yaml
 from PIL import Image
 
-from components.commands.enjoy import play
-from components.envs import EnvSpec, MultiAgentEnv, ObsField, make_env
-from components.learning.checkpoint import config_fingerprint, save_checkpoint
-from components.models.policy import build_policy
 from sfbus.cli import main
 from sfbus.topology import load_topology
+from sfbus_components.commands.enjoy import play
+from sfbus_components.envs import EnvSpec, MultiAgentEnv, ObsField, make_env
+from sfbus_components.learning.checkpoint import config_fingerprint, save_checkpoint
+from sfbus_components.models.policy import build_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 EPISODE = re.compile(
@@ -33,7 +33,7 @@ def make_run(run_dir: Path, topology_file: str, overrides: tuple[str, ...] = ())
     run_dir.mkdir()
     (run_dir / "topology.yaml").write_text(yaml.safe_dump(topology.document, sort_keys=False))
     params = next(a.params for p in topology.processes for a in p.actors
-                  if a.class_path == "components.learning.learner:Learner")
+                  if a.class_path == "sfbus_components.learning.learner:Learner")
     torch.manual_seed(0)
     state = {"policy": build_policy(params).state_dict(), "optimizer": {}, "version": 7,
              "env_frames": 1234, "train_steps": 6, "samples": 1234,

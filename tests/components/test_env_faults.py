@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from components.envs import EnvError
-from components.envs.guard import EnvStepTimeout, GuardedEnv, StepWatchdog, make_guarded_env
-from components.envs.multi_agent import ToyMultiAgentEnv
+from sfbus_components.envs import EnvError
+from sfbus_components.envs.guard import EnvStepTimeout, GuardedEnv, StepWatchdog, make_guarded_env
+from sfbus_components.envs.multi_agent import ToyMultiAgentEnv
 from tests.components.test_rollout import T, rows_by_trajectory, topology, wait_until
 from tests.kernel.conftest import hosted
 

@@ -15,15 +15,15 @@ import envpool
 import numpy as np
 import pytest
 
-from components.datapath.buffers import TrajectoryBuffer, trajectory_layout
-from components.datapath.settings import DataPathParams
-from components.envs import env_spec, make_env
-from components.envs.envpool_env import EnvPoolBatch
-from components.envs.vector import VectorEnvs
-from components.sampling.batched_layout import BatchedSplit
-from components.sampling.rollout_params import RolloutParams
-from components.sampling.splits import SplitWiring
-from components.sampling.worker_envs import WorkerEnvs, env_seed
+from sfbus_components.datapath.buffers import TrajectoryBuffer, trajectory_layout
+from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.envs import env_spec, make_env
+from sfbus_components.envs.envpool_env import EnvPoolBatch
+from sfbus_components.envs.vector import VectorEnvs
+from sfbus_components.sampling.batched_layout import BatchedSplit
+from sfbus_components.sampling.rollout_params import RolloutParams
+from sfbus_components.sampling.splits import SplitWiring
+from sfbus_components.sampling.worker_envs import WorkerEnvs, env_seed
 from tests.components.test_splits import Memory
 
 TOPOLOGIES = Path(__file__).parents[2] / "topologies"

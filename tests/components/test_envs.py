@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import vizdoom as vzd
 
-from components.envs import (
+from sfbus_components.envs import (
     EnvError,
     EnvSpec,
     ObsField,
@@ -19,8 +19,8 @@ from components.envs import (
     env_spec,
     make_env,
 )
-from components.envs.doom import spaces as ds
-from components.envs.doom.game import DoomEnvError
+from sfbus_components.envs.doom import spaces as ds
+from sfbus_components.envs.doom.game import DoomEnvError
 
 RNG = np.random.default_rng(0)
 
@@ -212,7 +212,7 @@ def test_toy_multi_agent_env():
 
 
 def test_make_env_by_import_path():
-    with make_env("components.envs.multi_agent:make_toy_env", num_agents=2) as env:
+    with make_env("sfbus_components.envs.multi_agent:make_toy_env", num_agents=2) as env:
         assert env.spec.num_agents == 2
 
 
@@ -232,9 +232,9 @@ def test_unknown_env_lists_known_names():
         make_env("zzz")
     assert "doom_basic" in str(err.value) and "gym:<EnvId>" in str(err.value)
     with pytest.raises(UnknownEnvError, match="has no attribute 'nope'"):
-        make_env("components.envs.multi_agent:nope")
+        make_env("sfbus_components.envs.multi_agent:nope")
     with pytest.raises(UnknownEnvError, match=r"not callable \(its type is int\)"):
-        make_env("components.envs.atari:_FIRE")
+        make_env("sfbus_components.envs.atari:_FIRE")
 
 
 def test_env_spec_validation():
@@ -259,7 +259,7 @@ def test_engine_config_lives_in_a_folder_only_this_user_can_write(
         tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     import tempfile
 
-    from components.envs.doom import game as doom
+    from sfbus_components.envs.doom import game as doom
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     doom.engine_config_path.cache_clear()

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from components.commands.enjoy import play
-from components.envs import make_env
-from components.evaluation.seeded_episodes import SeededEpisodes
 from sfbus.cli import main
+from sfbus_components.commands.enjoy import play
+from sfbus_components.envs import make_env
+from sfbus_components.evaluation.seeded_episodes import SeededEpisodes
 from tests.components.test_enjoy import CountingEnv, make_run
 
 
@@ -105,7 +105,7 @@ def test_bad_input_is_one_error_line_and_exit_2(cartpole_run, tmp_path, capsys):
 
 def build_policy_from(run_dir: Path):
     """The run's policy with its checkpoint's weights, as `sfbus eval` builds it."""
-    from components.commands.enjoy import build_from_checkpoint, learners, read_checkpoint
+    from sfbus_components.commands.enjoy import build_from_checkpoint, learners, read_checkpoint
 
     params = learners(run_dir)[0]
     _, state = read_checkpoint(run_dir, params, None)
@@ -143,8 +143,8 @@ def test_unusable_out_bad_seeds_and_a_foreign_file_are_one_error_line(cartpole_r
 
 
 def test_the_csv_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
-    from components.commands import evaluate as evaluate_module
-    from components.evaluation.seeded_episodes import SeededEpisode
+    from sfbus_components.commands import evaluate as evaluate_module
+    from sfbus_components.evaluation.seeded_episodes import SeededEpisode
 
     rows = [SeededEpisode(s, 0, 1.0, math.nan, 3) for s in range(3)]
     out = tmp_path / "eval_policy_0.csv"

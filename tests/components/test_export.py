@@ -11,12 +11,12 @@ import onnxruntime
 import pytest
 import torch
 
-from components.algo import ReturnsNormalizer
-from components.commands.export import export_onnx
-from components.envs import ActionBox, EnvSpec, ObsField
-from components.models import ModelConfig
-from components.models.policy import Policy
 from sfbus.cli import main
+from sfbus_components.algo import ReturnsNormalizer
+from sfbus_components.commands.export import export_onnx
+from sfbus_components.envs import ActionBox, EnvSpec, ObsField
+from sfbus_components.models import ModelConfig
+from sfbus_components.models.policy import Policy
 from tests.components.test_enjoy import make_run
 
 IMAGE = EnvSpec({"obs": ObsField((3, 36, 48), "uint8"), "measurements": ObsField((4,), "float32")},

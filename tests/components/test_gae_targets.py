@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 import torch
 
-from components.algo import AppoConfig, ReturnsNormalizer, appo_loss, gae, gae_targets
-from components.models import ModelConfig
-from components.models.actor_critic import ActorCritic
+from sfbus_components.algo import AppoConfig, ReturnsNormalizer, appo_loss, gae, gae_targets
+from sfbus_components.models import ModelConfig
+from sfbus_components.models.actor_critic import ActorCritic
 from tests.components.test_ppo import make_batch
 
 GAE = AppoConfig(with_vtrace=False, normalize_returns=False, gamma=0.9, gae_lambda=0.8)

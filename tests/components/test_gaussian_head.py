@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.distributions import Normal
 
-from components.models import ActorCritic, ModelConfig
-from components.models.gaussian_head import GaussianHead
+from sfbus_components.models import ActorCritic, ModelConfig
+from sfbus_components.models.gaussian_head import GaussianHead
 
 DIM, IN = 3, 5
 

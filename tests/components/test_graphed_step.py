@@ -1,5 +1,6 @@
-"""The GPU inference step replayed from CUDA graphs (components/models/graphed_step.py) against
-the eager step; the CUDA cases run where a GPU is visible (bench/gpu_session.sh runs them)."""
+"""The GPU inference step replayed from CUDA graphs (sfbus_components/models/graphed_step.py)
+against the eager step; the CUDA cases run where a GPU is visible (bench/gpu_session.sh runs
+them)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import functools
 
 import torch
 
-from components.datapath.settings import DataPathParams
-from components.models import ModelConfig
-from components.models.distributions import ActionDistribution
-from components.models.graphed_step import MIN_ROWS, bucket_rows
-from components.models.policy import Policy, build_policy
+from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.models import ModelConfig
+from sfbus_components.models.distributions import ActionDistribution
+from sfbus_components.models.graphed_step import MIN_ROWS, bucket_rows
+from sfbus_components.models.policy import Policy, build_policy
 from tests.devices import CUDA_ONLY
 
 DOOM = DataPathParams(env="doom_basic", model=ModelConfig(hidden=32, core_size=16))

@@ -10,7 +10,7 @@ import pytest
 # In a child process: the setting is process-wide and would outlive the test here.
 _PROBE = """
 import resource, sys, torch
-from components.learning.heap import keep_freed_memory
+from sfbus_components.learning.heap import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 for _ in range(30):  # glibc's heap takes a few rounds to settle (7 here)

@@ -12,13 +12,13 @@ import torch
 from gymnasium import spaces
 from torch.distributions import Categorical, Normal, kl_divergence
 
-from components.algo import AppoConfig, appo_loss
-from components.envs import ActionBox, EnvSpec, ObsField
-from components.envs.action_bounds import ActionMap
-from components.envs.gym_adapter import GymEnv
-from components.models import ActorCritic
-from components.models.config import ModelConfig
-from components.models.distributions import ActionDistribution, HybridDistribution
+from sfbus_components.algo import AppoConfig, appo_loss
+from sfbus_components.envs import ActionBox, EnvSpec, ObsField
+from sfbus_components.envs.action_bounds import ActionMap
+from sfbus_components.envs.gym_adapter import GymEnv
+from sfbus_components.models import ActorCritic
+from sfbus_components.models.config import ModelConfig
+from sfbus_components.models.distributions import ActionDistribution, HybridDistribution
 from tests.components.hybrid_envs import PickAndSet
 from tests.short_runs import mean_rewards
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from components.algo import AppoConfig, appo_loss
-from components.models import ActorCritic
-from components.models.config import ModelConfig
-from components.pbt.member import PopulationMember
+from sfbus_components.algo import AppoConfig, appo_loss
+from sfbus_components.models import ActorCritic
+from sfbus_components.models.config import ModelConfig
+from sfbus_components.pbt.member import PopulationMember
 
 ROOT = Path(__file__).parents[2]
 

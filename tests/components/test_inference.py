@@ -13,20 +13,20 @@ import numpy as np
 import pytest
 import torch
 
-from components.datapath.buffers import (
+from sfbus import Actor, ArraySpec, RunRecords, Signal, slot
+from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from sfbus_components.datapath.buffers import (
     PolicyWeights,
     TrajectoryBuffer,
     policy_array_specs,
 )
-from components.datapath.messages import ActionsReady, InferenceRequest, WeightsUpdated
-from components.datapath.record import DataPath
-from components.datapath.settings import DataPathParams
-from components.models import ModelConfig
-from components.models.policy import Policy, build_policy
-from components.models.precision import onednn_has_bf16
-from components.sampling.inference_worker import InferenceWorker
-from sfbus import Actor, ArraySpec, RunRecords, Signal, slot
-from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from sfbus_components.datapath.messages import ActionsReady, InferenceRequest, WeightsUpdated
+from sfbus_components.datapath.record import DataPath
+from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.models import ModelConfig
+from sfbus_components.models.policy import Policy, build_policy
+from sfbus_components.models.precision import onednn_has_bf16
+from sfbus_components.sampling.inference_worker import InferenceWorker
 from tests.devices import CUDA_ONLY, DEVICES
 from tests.kernel.conftest import hosted
 
@@ -115,7 +115,7 @@ async def run(params: DataPathParams = PARAMS, learner: bool = True, transport: 
     processes = [
         ProcessSpec("rollout", (ActorSpec("rollout", f"{HERE}:FakeRollout", params),), 2),
         ProcessSpec("inference", (ActorSpec("inference",
-                "components.sampling.inference_worker:InferenceWorker",
+                "sfbus_components.sampling.inference_worker:InferenceWorker",
                                             iparams),)),
     ]
     connections = [
@@ -340,7 +340,7 @@ async def test_replicas_beside_their_rollout_workers_sample_their_own_actions() 
     processes = (
         ProcessSpec("rollout", (ActorSpec("rollout", f"{HERE}:FakeRollout", PARAMS),
                                 ActorSpec("inference",
-                                          "components.sampling.inference_worker:InferenceWorker",
+                                          "sfbus_components.sampling.inference_worker:InferenceWorker",
                                           iparams)), 2),
         ProcessSpec("learner", (ActorSpec("learner", f"{HERE}:FakeLearner", PARAMS),)),
     )

@@ -13,22 +13,22 @@ import numpy as np
 import pytest
 import torch
 
-from components.algo import AppoConfig
-from components.datapath.buffers import PolicyWeights, TrajectoryBuffer
-from components.datapath.messages import (
+from sfbus import Actor, Signal, slot
+from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from sfbus_components.algo import AppoConfig
+from sfbus_components.datapath.buffers import PolicyWeights, TrajectoryBuffer
+from sfbus_components.datapath.messages import (
     BatchReady,
     LearnerIdle,
     SlotsReleased,
     TrainingStats,
     WeightsUpdated,
 )
-from components.datapath.record import DataPath
-from components.datapath.settings import DataPathParams
-from components.learning.checkpoint import CheckpointError
-from components.learning.learner import Learner
-from components.models import ModelConfig
-from sfbus import Actor, Signal, slot
-from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from sfbus_components.datapath.record import DataPath
+from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.learning.checkpoint import CheckpointError
+from sfbus_components.learning.learner import Learner
+from sfbus_components.models import ModelConfig
 from tests.devices import DEVICES
 from tests.kernel.conftest import hosted
 
@@ -121,7 +121,7 @@ def learner_topology(mode: str = "async", learner: dict | None = None,
     return Topology("learner", "<test>", (
         ProcessSpec("rollout", (ActorSpec("rollout", f"{path}:FakeRollout", data),), replicas=2),
         ProcessSpec("learn", (ActorSpec("learner",
-                "components.learning.learner:Learner", params),)),
+                "sfbus_components.learning.learner:Learner", params),)),
         ProcessSpec("drive", (ActorSpec("driver", f"{path}:Driver", None),)),
     ), (
         ConnectionSpec("driver", "batch_ready", "learner", "on_batch_ready"),

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from components.datapath.messages import EpisodeFinished
-from components.learning import checkpoint_schedule
-from components.learning.checkpoint import list_checkpoints, load_checkpoint
-from components.learning.checkpoint_schedule import BEST_EPISODES, LearnerCheckpoints
-from components.learning.learner import Learner
+from sfbus_components.datapath.messages import EpisodeFinished
+from sfbus_components.learning import checkpoint_schedule
+from sfbus_components.learning.checkpoint import list_checkpoints, load_checkpoint
+from sfbus_components.learning.checkpoint_schedule import BEST_EPISODES, LearnerCheckpoints
+from sfbus_components.learning.learner import Learner
 
 PARAMS = Learner.Params(env="gym:CartPole-v1", checkpoint_every_s=60.0, keep_checkpoints=2,
                         save_best_after=1000, save_best_every_s=5.0, save_milestones_s=0.0)

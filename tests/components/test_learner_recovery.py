@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from components.learning.faults import MAX_RESTORES_IN_A_ROW, restore_published
+from sfbus_components.learning.faults import MAX_RESTORES_IN_A_ROW, restore_published
 from tests.components.test_learner import (
     BATCH,
     bandit_batch,

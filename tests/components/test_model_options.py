@@ -10,12 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-from components.algo import ObsNormalizer
-from components.models import ActorCritic, ModelConfig
-from components.models.core import Core, GruCore, LstmCore
-from components.models.encoders import ResBlock, ResnetImpalaEncoder
-from components.models.packed import packable
-from components.models.registry import model_state_size
+from sfbus_components.algo import ObsNormalizer
+from sfbus_components.models import ActorCritic, ModelConfig
+from sfbus_components.models.core import Core, GruCore, LstmCore
+from sfbus_components.models.encoders import ResBlock, ResnetImpalaEncoder
+from sfbus_components.models.packed import packable
+from sfbus_components.models.registry import model_state_size
 
 VECTOR = {"obs": ((6,), "float32")}
 HEADS = (3, 2)

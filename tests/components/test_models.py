@@ -12,9 +12,9 @@ import pytest
 import torch
 from torch.distributions import Categorical, Normal
 
-from components.models import ActionDistribution, ActorCritic, ModelConfig
-from components.models.core import GruCore
-from components.models.precision import cpu_has_fast_bf16, onednn_has_bf16
+from sfbus_components.models import ActionDistribution, ActorCritic, ModelConfig
+from sfbus_components.models.core import GruCore
+from sfbus_components.models.precision import cpu_has_fast_bf16, onednn_has_bf16
 
 IMAGE = ((3, 72, 128), "uint8")
 HEADS = (3, 3, 2, 2, 2, 8, 21)  # Table A.4
@@ -311,7 +311,7 @@ def test_auto_precision_uses_bfloat16_only_for_images_on_fast_hardware() -> None
     assert image.encoder.precision == "auto"
     assert vector.encoder.precision == "float32"
     cpu = torch.device("cpu")
-    from components.models.precision import uses_bf16
+    from sfbus_components.models.precision import uses_bf16
 
     assert uses_bf16("auto", cpu) == (cpu_has_fast_bf16() and onednn_has_bf16())
     assert uses_bf16("bfloat16", cpu) and not uses_bf16("float32", cpu)
@@ -320,7 +320,7 @@ def test_auto_precision_uses_bfloat16_only_for_images_on_fast_hardware() -> None
 def test_auto_precision_is_float32_where_onednn_may_not_use_bfloat16() -> None:
     # ONEDNN_MAX_CPU_ISA=AVX2 leaves oneDNN what an AVX2-only CPU has: `auto` must not pick
     # bfloat16 there, whatever /proc/cpuinfo lists (the emulated AVX2 benchmarks rely on it)
-    probe = ("import torch; from components.models.precision import uses_bf16; "
+    probe = ("import torch; from sfbus_components.models.precision import uses_bf16; "
              "print(uses_bf16('auto', torch.device('cpu')))")
     env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
@@ -372,7 +372,7 @@ def _packed_pair(core: str, nonlinearity: str, architecture: str) -> tuple[Actor
     ("gru", "elu", "auto")])
 def test_packed_step_matches_the_learners_arithmetic_and_follows_new_weights(
         core: str, nonlinearity: str, architecture: str, precision: str) -> None:
-    from components.models.packed import PackedStep
+    from sfbus_components.models.packed import PackedStep
 
     reference, spec = _packed_pair(core, nonlinearity, architecture)
     fast = ActorCritic(spec, (3, 5), None, dataclasses.replace(reference.cfg,
@@ -416,7 +416,7 @@ def test_packed_step_matches_the_learners_arithmetic_and_follows_new_weights(
 
 
 def test_nature_cnn_on_an_atari_frame_stack() -> None:
-    from components.models.encoders import ObsEncoder, StackEncoder
+    from sfbus_components.models.encoders import ObsEncoder, StackEncoder
 
     cfg = ModelConfig(encoder="nature_cnn", nonlinearity="relu", precision="float32")
     encoder = ObsEncoder({"obs": ((4, 84, 84), "uint8")}, cfg)
@@ -433,8 +433,8 @@ def test_nature_cnn_on_an_atari_frame_stack() -> None:
 @pytest.mark.parametrize("onednn_bf16", [True, False])
 def test_packable_only_for_the_conv_encoder_with_a_gru_or_no_core(
         monkeypatch: pytest.MonkeyPatch, onednn_bf16: bool) -> None:
-    from components.models import precision
-    from components.models.packed import packable
+    from sfbus_components.models import precision
+    from sfbus_components.models.packed import packable
 
     # Both kinds of CPU on any machine: oneDNN's bf16 kernels need AVX-512 or AMX.
     monkeypatch.setattr(precision, "onednn_has_bf16", lambda: onednn_bf16)
@@ -462,7 +462,7 @@ def test_a_layer_without_width_is_refused(change: dict) -> None:
 
 
 def test_convnet_impala_is_impalas_shallow_stack() -> None:
-    from components.models.encoders import ObsEncoder
+    from sfbus_components.models.encoders import ObsEncoder
 
     cfg = ModelConfig(encoder="convnet_impala", hidden=256, precision="float32")
     encoder = ObsEncoder({"obs": ((3, 72, 128), "uint8")}, cfg)

@@ -8,12 +8,19 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from components.envs import ActionBox, EnvSpec, ObsField, UnknownEnvError, known_envs, make_env
-from components.envs.action_bounds import ActionMap, BoundedActions, bound_actions
-from components.envs.mujoco import MUJOCO_ENVS
-from components.envs.vector import VectorEnvs
-from components.models import ModelConfig
-from components.models.policy import Policy
+from sfbus_components.envs import (
+    ActionBox,
+    EnvSpec,
+    ObsField,
+    UnknownEnvError,
+    known_envs,
+    make_env,
+)
+from sfbus_components.envs.action_bounds import ActionMap, BoundedActions, bound_actions
+from sfbus_components.envs.mujoco import MUJOCO_ENVS
+from sfbus_components.envs.vector import VectorEnvs
+from sfbus_components.models import ModelConfig
+from sfbus_components.models.policy import Policy
 
 
 def box_spec(low: tuple[float, ...], high: tuple[float, ...]) -> EnvSpec:

@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from components.datapath.messages import InferenceRequest
-from components.datapath.settings import DataPathParams
-from components.envs import register_env
-from components.envs.multi_agent import ToyMultiAgentEnv
-from components.models import ModelConfig
-from components.pbt.messages import HyperparamsChanged
-from components.sampling.inference_worker import InferenceWorker
-from components.sampling.policy_mapping import trajectory_owners
-from components.sampling.rollout_worker import RolloutParams
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from sfbus_components.datapath.messages import InferenceRequest
+from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.envs import register_env
+from sfbus_components.envs.multi_agent import ToyMultiAgentEnv
+from sfbus_components.models import ModelConfig
+from sfbus_components.pbt.messages import HyperparamsChanged
+from sfbus_components.sampling.inference_worker import InferenceWorker
+from sfbus_components.sampling.policy_mapping import trajectory_owners
+from sfbus_components.sampling.rollout_worker import RolloutParams
 from tests.components.test_rollout import SAMPLER_WIRES, wait_until
 from tests.kernel.conftest import TRANSPORTS, hosted
 
@@ -75,7 +75,7 @@ def topology(env: str = "gym:CartPole-v1", **overrides: Any) -> Topology:
     here, rollout_tests = __name__, "tests.components.test_rollout"
     processes = (
         ProcessSpec("sampler", (ActorSpec("rollout",
-                "components.sampling.rollout_worker:RolloutWorker",
+                "sfbus_components.sampling.rollout_worker:RolloutWorker",
                                           params),)),
         ProcessSpec("infer", (ActorSpec("inference", f"{here}:MarkedInference",
                                         InferenceWorker.Params(**data, device="cpu")),)),
@@ -126,7 +126,7 @@ async def test_each_step_is_acted_by_its_agents_policy(transport: str) -> None:
 
 async def test_reward_shaping_follows_the_agents_policy() -> None:
     topo = topology(env="test_shaped", env_kwargs={"episode_length": 3},
-                    policy_mapping="components.sampling.policy_mapping:RoundRobinMapping")
+                    policy_mapping="sfbus_components.sampling.policy_mapping:RoundRobinMapping")
     async with hosted(topo) as actors:
         worker, pbt, collector = actors["rollout"], actors["pbt"], actors["collector"]
         for policy in range(POLICIES):

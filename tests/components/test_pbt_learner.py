@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from components.datapath.messages import BatchReady, LearnerIdle, WeightsUpdated
-from components.datapath.settings import DataPathParams
-from components.learning.checkpoint import latest_checkpoint, load_checkpoint
-from components.learning.learner import Learner
-from components.pbt.member import is_population_member, snapshot_dir
-from components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from sfbus_components.datapath.messages import BatchReady, LearnerIdle, WeightsUpdated
+from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.learning.checkpoint import latest_checkpoint, load_checkpoint
+from sfbus_components.learning.learner import Learner
+from sfbus_components.pbt.member import is_population_member, snapshot_dir
+from sfbus_components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
 from tests.components.test_learner import APPO, BATCH, SETTINGS, bandit_batch, bandit_learner, until
 from tests.kernel.conftest import hosted
 
@@ -50,7 +50,7 @@ class PbtDriver(Actor):
 def two_learners() -> Topology:
     """Policies 0 and 1 learning in one process from the learner test's fake workers."""
     data = DataPathParams(**SETTINGS, num_policies=2)
-    learners = tuple(ActorSpec(f"learner_{p}", "components.learning.learner:Learner",
+    learners = tuple(ActorSpec(f"learner_{p}", "sfbus_components.learning.learner:Learner",
                                Learner.Params(**SETTINGS, num_policies=2, appo=APPO, policy=p,
                                               device="cpu"))
                      for p in (0, 1))

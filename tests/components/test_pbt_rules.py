@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from components.pbt.rules import PbtRules, Population, decide, perturb, ranking
+from sfbus_components.pbt.rules import PbtRules, Population, decide, perturb, ranking
 
 HP = {"appo.lr": 1e-4, "appo.entropy_coeff": 0.003, "appo.adam_beta1": 0.9,
       "reward_shaping.damage": 0.01}

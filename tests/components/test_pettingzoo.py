@@ -16,8 +16,8 @@ import pytest
 from gymnasium import spaces
 from mpe2 import simple_spread_v3
 
-from components.envs import UnknownEnvError, make_env
-from components.envs.pettingzoo_adapter import AgentSpacesError
+from sfbus_components.envs import UnknownEnvError, make_env
+from sfbus_components.envs.pettingzoo_adapter import AgentSpacesError
 
 CARTPOLE = Path(__file__).parents[2] / "topologies" / "cartpole.yaml"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from components.commands.plot import FIGURES, read_progress
 from sfbus.cli import main
+from sfbus_components.commands.plot import FIGURES, read_progress
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

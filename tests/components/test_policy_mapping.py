@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from components.sampling.policy_mapping import (
+from sfbus_components.sampling.policy_mapping import (
     AgentPolicies,
     RandomMapping,
     RoundRobinMapping,
@@ -33,12 +33,12 @@ def test_round_robin_mapping() -> None:
 
 
 def test_load_mapping_by_import_path() -> None:
-    mapping = load_mapping("components.sampling.policy_mapping:RoundRobinMapping", 5, 0, 0)
+    mapping = load_mapping("sfbus_components.sampling.policy_mapping:RoundRobinMapping", 5, 0, 0)
     assert isinstance(mapping, RoundRobinMapping) and mapping.num_policies == 5
     with pytest.raises(ValueError, match=r"policy_mapping: expected 'package\.module:Name'"):
-        load_mapping("components.sampling.policy_mapping.RandomMapping", 2, 0, 0)
+        load_mapping("sfbus_components.sampling.policy_mapping.RandomMapping", 2, 0, 0)
     with pytest.raises(ValueError, match="has no attribute 'RandomMaping'; did you mean"):
-        load_mapping("components.sampling.policy_mapping:RandomMaping", 2, 0, 0)
+        load_mapping("sfbus_components.sampling.policy_mapping:RandomMaping", 2, 0, 0)
 
 
 def test_split_groups_are_contiguous_by_policy() -> None:

@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from components.algo import (
+from sfbus_components.algo import (
     AppoConfig,
     ReturnsNormalizer,
     appo_loss,
@@ -19,7 +19,7 @@ from components.algo import (
     value_loss,
     vtrace,
 )
-from components.models import ActorCritic, ModelConfig
+from sfbus_components.models import ActorCritic, ModelConfig
 
 EPS = 0.1
 LOW, HIGH = 1.0 / (1.0 + EPS), 1.0 + EPS

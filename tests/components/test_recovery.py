@@ -12,23 +12,23 @@ from typing import Any
 
 import numpy as np
 
-from components.datapath.messages import (
+from sfbus import Actor, Signal, slot
+from sfbus.host import ProcessHost
+from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from sfbus_components.datapath.messages import (
     ActionsReady,
     InferenceRequest,
     SlotsReleased,
     TrajectoryReady,
 )
-from components.datapath.slot_stages import (
+from sfbus_components.datapath.slot_stages import (
     CONSUMED,
     QUEUED,
     SUBMITTED,
     BatcherSlots,
     LearnerSlots,
 )
-from components.learning.batcher import Batcher
-from sfbus import Actor, Signal, slot
-from sfbus.host import ProcessHost
-from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from sfbus_components.learning.batcher import Batcher
 from tests.components.test_rollout import StandInInference, steps, topology, wait_until
 from tests.kernel.conftest import hosted
 
@@ -157,7 +157,7 @@ async def test_restarted_worker_reclaims_its_slots_and_ignores_stale_releases() 
 
 async def test_batcher_restart_releases_what_it_held() -> None:
     topo = sampler_topology(
-        "batcher", "components.learning.batcher:Batcher",
+        "batcher", "sfbus_components.learning.batcher:Batcher",
         [("rollout", "trajectory_ready", "batcher", "on_trajectory_ready", "broadcast"),
          ("batcher", "batcher_started", "rollout", "on_batcher_started", "broadcast")])
     async with hosted(topo, "ipc") as actors:

@@ -11,23 +11,23 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from components.datapath.buffers import TrajectoryBuffer
-from components.datapath.messages import (
+from sfbus import Actor, Signal, slot
+from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from sfbus_components.datapath.buffers import TrajectoryBuffer
+from sfbus_components.datapath.messages import (
     ActionsReady,
     EpisodeFinished,
     InferenceRequest,
     SlotsReleased,
     TrajectoryReady,
 )
-from components.datapath.record import DataPath
-from components.datapath.settings import DataPathParams
-from components.envs import EnvError, make_env
-from components.envs.multi_agent import ToyMultiAgentEnv
-from components.models import ModelConfig
-from components.sampling.rollout_worker import RolloutParams
-from components.sampling.worker_envs import env_seed
-from sfbus import Actor, Signal, slot
-from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from sfbus_components.datapath.record import DataPath
+from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.envs import EnvError, make_env
+from sfbus_components.envs.multi_agent import ToyMultiAgentEnv
+from sfbus_components.models import ModelConfig
+from sfbus_components.sampling.rollout_worker import RolloutParams
+from sfbus_components.sampling.worker_envs import env_seed
 from tests.kernel.conftest import TRANSPORTS, hosted
 
 T = 8
@@ -158,7 +158,7 @@ def topology(inference: str = "StandInInference", collector: str = "StandInColle
     here = __name__
     processes = (
         ProcessSpec("sampler", (ActorSpec("rollout",
-                "components.sampling.rollout_worker:RolloutWorker",
+                "sfbus_components.sampling.rollout_worker:RolloutWorker",
                                           params),)),
         ProcessSpec("infer", (ActorSpec("inference", f"{here}:{inference}", data),)),
         ProcessSpec("collect", (ActorSpec("collector", f"{here}:{collector}", None),)),

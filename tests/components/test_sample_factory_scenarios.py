@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import vizdoom as vzd
 
-from components.envs import ObsField, UnknownEnvError, env_spec, make_env
-from components.envs.doom import scenarios
+from sfbus_components.envs import ObsField, UnknownEnvError, env_spec, make_env
+from sfbus_components.envs.doom import scenarios
 
 V = vzd.GameVariable
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,14 +14,18 @@ import numpy as np
 import pytest
 import torch
 
-from components.datapath.buffers import TrajectoryBuffer, TrajectoryLayout
-from components.datapath.messages import EpisodeFinished, InferenceRequest
-from components.envs import env_spec, make_env
-from components.sampling.batched_layout import BatchedSplit
-from components.sampling.policy_mapping import AgentPolicies, RoundRobinMapping, trajectory_owners
-from components.sampling.rollout_params import RolloutParams
-from components.sampling.splits import NonBatchedSplit, PopulationSplit, Split, SplitWiring
-from components.sampling.worker_envs import WorkerEnvs, env_seed
+from sfbus_components.datapath.buffers import TrajectoryBuffer, TrajectoryLayout
+from sfbus_components.datapath.messages import EpisodeFinished, InferenceRequest
+from sfbus_components.envs import env_spec, make_env
+from sfbus_components.sampling.batched_layout import BatchedSplit
+from sfbus_components.sampling.policy_mapping import (
+    AgentPolicies,
+    RoundRobinMapping,
+    trajectory_owners,
+)
+from sfbus_components.sampling.rollout_params import RolloutParams
+from sfbus_components.sampling.splits import NonBatchedSplit, PopulationSplit, Split, SplitWiring
+from sfbus_components.sampling.worker_envs import WorkerEnvs, env_seed
 
 T, SEED, POLICIES = 4, 5, 3
 ENV, KWARGS = "toy_multi_agent", {"episode_length": 3}  # 2 agents; episodes end inside slots

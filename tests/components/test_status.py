@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from components.monitoring.status import duration, human, progress_bar, status_line
 from sfbus.rundir import RunLimits
+from sfbus_components.monitoring.status import duration, human, progress_bar, status_line
 
 
 def test_human_and_duration() -> None:

@@ -9,16 +9,16 @@ from collections.abc import Callable
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from components.datapath.messages import (
+from sfbus import Actor, Signal
+from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from sfbus_components.datapath.messages import (
     TRAINING_FIGURES,
     EpisodeFinished,
     RolloutProgress,
     TrainingStats,
 )
-from components.monitoring.tensorboard import TensorBoardWriter
-from components.pbt.messages import HyperparamsChanged
-from sfbus import Actor, Signal
-from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from sfbus_components.monitoring.tensorboard import TensorBoardWriter
+from sfbus_components.pbt.messages import HyperparamsChanged
 from tests.kernel.conftest import hosted
 
 
@@ -38,7 +38,7 @@ def topology(folder: str) -> Topology:
         ProcessSpec("emit", (ActorSpec("emitter", "tests.components.test_tensorboard:Emitter",
                                        None),)),
         ProcessSpec("board", (ActorSpec("tensorboard",
-                "components.monitoring.tensorboard:TensorBoardWriter",
+                "sfbus_components.monitoring.tensorboard:TensorBoardWriter",
                                         params),)),
     ), tuple(ConnectionSpec("emitter", signal, "tensorboard", f"on_{signal}")
              for signal in ("episode_finished", "rollout_progress", "training_stats",

@@ -8,8 +8,8 @@ import threading
 import pytest
 import torch
 
-from components.learning.learner import Learner
-from components.models import ActorCritic, ModelConfig
+from sfbus_components.learning.learner import Learner
+from sfbus_components.models import ActorCritic, ModelConfig
 from tests.components.test_learner import APPO, SETTINGS
 from tests.components.test_models import HEADS, IMAGE, random_obs
 

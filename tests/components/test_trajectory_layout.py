@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.datapath.buffers import trajectory_layout
-from components.datapath.settings import DataPathParams
+from sfbus_components.datapath.buffers import trajectory_layout
+from sfbus_components.datapath.settings import DataPathParams
 
 
 def params(**overrides: object) -> DataPathParams:

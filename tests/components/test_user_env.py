@@ -18,9 +18,16 @@ import numpy as np
 import pytest
 
 import sfbus
-from components.envs import EnvSpecError, MultiAgentEnv, env_spec, make_env, register_env, registry
-from components.envs.checks import import_path
-from components.envs.multi_agent import make_toy_env
+from sfbus_components.envs import (
+    EnvSpecError,
+    MultiAgentEnv,
+    env_spec,
+    make_env,
+    register_env,
+    registry,
+)
+from sfbus_components.envs.checks import import_path
+from sfbus_components.envs.multi_agent import make_toy_env
 
 APP = Path(__file__).parent / "userenv_app"
 ROOT = Path(__file__).parents[2]
@@ -87,7 +94,7 @@ def test_a_factory_returning_a_multi_agent_env_is_used_as_it_is() -> None:
                           "shape (3,) into shape (4,)"),
     ("make_broken", "creating it raised RuntimeError: the simulator licence is missing"),
     ("make_not_an_env", "its factory returned a dict, not a gymnasium.Env or a "
-                        "components.envs.MultiAgentEnv"),
+                        "sfbus_components.envs.MultiAgentEnv"),
 ])
 def test_env_spec_refuses_an_env_that_does_not_match_its_spec(factory: str,
                                                               expected: str) -> None:
@@ -132,8 +139,9 @@ def test_a_registration_is_carried_by_import_path_to_processes_started_later(
         clean_registry: None) -> None:
     register_env("carried_toy", make_toy_env)
     assert json.loads(os.environ[registry.CARRIED_ENVS]) == {
-        "carried_toy": "components.envs.multi_agent:make_toy_env"}
-    code = "from components.envs import make_env; print(make_env('carried_toy').spec.num_agents)"
+        "carried_toy": "sfbus_components.envs.multi_agent:make_toy_env"}
+    code = ("from sfbus_components.envs import make_env; "
+            "print(make_env('carried_toy').spec.num_agents)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
@@ -168,7 +176,7 @@ def test_import_path_refuses_what_another_process_cannot_import() -> None:
         pass
 
     make.__module__, make.__qualname__ = "__main__", "make"  # as if defined in a script
-    assert import_path(make_toy_env) == "components.envs.multi_agent:make_toy_env"
+    assert import_path(make_toy_env) == "sfbus_components.envs.multi_agent:make_toy_env"
     assert import_path(nested) is None
     assert import_path(make) is None
     assert import_path(lambda: None) is None

@@ -18,10 +18,10 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from components.envs import EnvSpec, ObsField
-from components.envs.spec import EpisodeStats, MultiAgentEnv
-from components.models import ActorCritic, ModelConfig
 from examples.custom_model import GruCellCore
+from sfbus_components.envs import EnvSpec, ObsField
+from sfbus_components.envs.spec import EpisodeStats, MultiAgentEnv
+from sfbus_components.models import ActorCritic, ModelConfig
 
 ROOT = Path(__file__).parents[2]
 CARTPOLE = str(ROOT / "topologies" / "cartpole.yaml")

@@ -13,9 +13,9 @@ import math
 import pytest
 import torch
 
-from components.algo import AppoConfig, appo_loss, gae, vtrace
-from components.algo.appo import bootstrap_time_outs
-from components.models import ActorCritic, ModelConfig
+from sfbus_components.algo import AppoConfig, appo_loss, gae, vtrace
+from sfbus_components.algo.appo import bootstrap_time_outs
+from sfbus_components.models import ActorCritic, ModelConfig
 
 GAMMA, LAM = 0.9, 0.8
 

@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.algo.gae import gae
-from components.algo.vtrace import vtrace
+from sfbus_components.algo.gae import gae
+from sfbus_components.algo.vtrace import vtrace
 
 
 def vtrace_reference(values, bootstrap, rewards, dones, log_rhos, gamma, rho_bar, c_bar):

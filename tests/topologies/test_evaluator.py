@@ -17,17 +17,17 @@ import torch
 import yaml
 from prometheus_client import REGISTRY
 
-from components.datapath.buffers import PolicyWeights, policy_array_specs
-from components.datapath.settings import DataPathParams
-from components.envs import EnvSpec, MultiAgentEnv, ObsField, register_env
-from components.envs.spec import EpisodeStats, ObsDict, StepOutput
-from components.evaluation.evaluator import Evaluator
-from components.models import ModelConfig
-from components.models.policy import build_policy, published_size
 from sfbus import Actor, ArraySpec, RunRecords
 from sfbus.procfs import run_children
 from sfbus.topology import Topology, load_topology
 from sfbus.topology.model import ActorSpec, ProcessSpec
+from sfbus_components.datapath.buffers import PolicyWeights, policy_array_specs
+from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.envs import EnvSpec, MultiAgentEnv, ObsField, register_env
+from sfbus_components.envs.spec import EpisodeStats, ObsDict, StepOutput
+from sfbus_components.evaluation.evaluator import Evaluator
+from sfbus_components.models import ModelConfig
+from sfbus_components.models.policy import build_policy, published_size
 from tests.components.test_tensorboard import scalars
 from tests.kernel.conftest import hosted
 from tests.kernel.runs import free_port, start_run, wait_for
@@ -110,10 +110,11 @@ async def test_evaluator_scores_published_weights_against_an_opponent(tmp_path: 
         ProcessSpec("learners", (ActorSpec("learner_0", f"{__name__}:StandInLearner", None),
                                  ActorSpec("learner_1", f"{__name__}:StandInLearner", None))),
         ProcessSpec("evaluators", (
-            ActorSpec("vs_one", "components.evaluation.evaluator:Evaluator",
+            ActorSpec("vs_one", "sfbus_components.evaluation.evaluator:Evaluator",
                       Evaluator.Params(**common, policies=(0,), opponent=1)),
             ActorSpec("mirror",
-                    "components.evaluation.evaluator:Evaluator", Evaluator.Params(**common)))),
+                    "sfbus_components.evaluation.evaluator:Evaluator",
+                    Evaluator.Params(**common)))),
     ), ())
     async with hosted(topology, run_dir=str(tmp_path)) as actors:
         learners, vs_one, mirror = (actors["learner_0"], actors["learner_1"]), \

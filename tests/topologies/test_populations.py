@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from components.pbt.trainer import population_learners
 from sfbus.routing import RoutingTable
 from sfbus.topology import load_topology
+from sfbus_components.pbt.trainer import population_learners
 
 TOPOLOGIES = Path(__file__).parents[2] / "topologies"
 POPULATIONS = ["pbt8", "cartpole_pbt4", "selfplay_duel"]
@@ -35,8 +35,8 @@ def test_population_size_is_one_setting(name: str, count: int) -> None:
                    if end.startswith(("learner_", "batcher_"))), own
 
 
-# Sizing builds one model for the whole population (components.datapath.record), so 16 policies
-# validate about as fast as one.
+# Sizing builds one model for the whole population (sfbus_components.datapath.record), so 16
+# policies validate about as fast as one.
 @pytest.mark.parametrize("count", [1, 3, 16])
 def test_pbt8_validates_at_any_size(count: int) -> None:
     topology = load_topology(TOPOLOGIES / "pbt8.yaml", [f"num_policies={count}"])

@@ -51,7 +51,7 @@ def test_two_by_two_sweep_runs_four_runs_and_plots_them(tmp_path: Path) -> None:
     assert plotted.returncode == 0, plotted.stderr
     assert sorted(Path(p).name for p in plotted.stdout.split()) == [
         "fps_vs_time.png", "lag_vs_frames.png", "reward_vs_frames.png", "reward_vs_time.png"]
-    from components.commands.plot import expand_sweeps, read_progress
+    from sfbus_components.commands.plot import expand_sweeps, read_progress
 
     labels = [read_progress(run).name for run in expand_sweeps([sweep_dir])]
     assert labels == [Path(r["run_dir"]).name for r in runs]
@@ -148,7 +148,7 @@ def test_bad_output_paths_and_run_flags_are_one_error_line_and_leave_nothing(
 
 
 def test_a_slurm_sweep_records_its_runs_for_plot(tmp_path: Path, capsys) -> None:
-    from components.commands.sweep import sweep_runs
+    from sfbus_components.commands.sweep import sweep_runs
 
     sweep_dir = tmp_path / "sweep"
     assert main(["sweep", TOPOLOGY, "--grid", "seed=0,1", "--sweep-dir", str(sweep_dir),

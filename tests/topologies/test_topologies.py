@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from components.datapath.settings import DataPathParams
 from sfbus.routing import RoutingTable
 from sfbus.topology import load_topology
+from sfbus_components.datapath.settings import DataPathParams
 
 TOPOLOGIES = sorted((Path(__file__).parents[2] / "topologies").glob("*.yaml"))
 # Small enough for a 2-core CI machine, large enough that every actor does its job: at most 4

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[2]
-APP = ROOT / "tests" / "components" / "userenv_app"
+APP = ROOT / "tests" / "sfbus_components" / "userenv_app"
 FRAMES = 2000
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -33,7 +33,7 @@ def frames_counted(run_dir: Path) -> int:
 def env_spec_of(run_dir: Path) -> dict:
     """The env spec the launcher recorded for the run (what every worker's buffers hold)."""
     record = json.loads((run_dir / "run.json").read_text())["records"]
-    return record["components.datapath.record:DataPath"]["layout"]["spec"]
+    return record["sfbus_components.datapath.record:DataPath"]["layout"]["spec"]
 
 
 def check_finished(done: subprocess.CompletedProcess[str], run_dir: Path) -> None:
@@ -65,7 +65,7 @@ def test_an_entry_point_of_an_installed_package_reaches_the_workers(tmp_path: Pa
     (site / "guessing_envs-1.0.dist-info" / "entry_points.txt").write_text(
         "[sfbus.envs]\nguess_two = guessing_envs:make_two_agents\n")
     (site / "guessing_envs.py").write_text(textwrap.dedent("""
-        from components.envs.multi_agent import ToyMultiAgentEnv
+        from sfbus_components.envs.multi_agent import ToyMultiAgentEnv
 
         def make_two_agents():
             return ToyMultiAgentEnv(num_agents=2)
@@ -114,7 +114,7 @@ def test_a_scripts_register_env_reaches_the_workers_of_sfbus_run(tmp_path: Path)
         import sys
 
         import sfbus
-        from components.envs import register_env
+        from sfbus_components.envs import register_env
         from my_guess import Guess
 
         if __name__ == "__main__":

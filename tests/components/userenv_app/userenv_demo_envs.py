@@ -10,8 +10,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from components.envs import EnvSpec, MultiAgentEnv, ObsField
-from components.envs.multi_agent import ToyMultiAgentEnv
+from sfbus_components.envs import EnvSpec, MultiAgentEnv, ObsField
+from sfbus_components.envs.multi_agent import ToyMultiAgentEnv
 
 
 class GuessEnv(gym.Env):

@@ -1,2 +1,0 @@
-"""Learning: the batcher groups trajectories, the learner trains on them, saves checkpoints and
-runs with its peers. It never imports `components.sampling`."""

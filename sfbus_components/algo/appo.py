@@ -1,0 +1,279 @@
+"""The APPO loss: V-trace (or GAE) targets from the current model, then PPO's three losses."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from sfbus_components.algo.gae import gae
+from sfbus_components.algo.normalizers import ReturnsNormalizer
+from sfbus_components.algo.ppo import (
+    AppoConfig,
+    entropy_loss,
+    impala_policy_loss,
+    masked_mean,
+    normalize_advantages,
+    policy_loss,
+    symmetric_kl_loss,
+    value_loss,
+)
+from sfbus_components.algo.vtrace import vtrace
+from sfbus_components.models.actor_critic import ActorCritic
+from sfbus_components.models.distributions import ActionDistribution
+
+PER_STEP_KEYS = ("actions", "log_probs", "action_params", "values", "rewards", "dones",
+                 "time_outs", "policy_versions", "valids")
+
+
+def appo_loss(
+    model: ActorCritic,
+    batch: dict,
+    cfg: AppoConfig,
+    returns_normalizer: ReturnsNormalizer | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Total APPO loss and detached 0-dim stats for one minibatch of `B` trajectories.
+
+    Batch layout (time is axis 1; `T` = the obs' time length - 1):
+
+    - `obs`: dict of `[B, T + 1, ...]`. Step T is the observation after the last action, used
+      only for the bootstrap value V(x_T), computed by the *current* model. Entries should
+      already be normalized (`ObsNormalizer`, once per batch: vectors by running statistics,
+      uint8 images per pixel into float32); raw uint8 images are only scaled by the model.
+    - `rnn_states`: `[B, S]` state entering step 0, or the `[B, T + 1, S]` buffer field (its
+      step 0 is used).
+    - `actions` `[B, T, heads]` int64 or `[B, T, dim]` float; `log_probs` `[B, T]` log mu(a|x);
+      `action_params` `[B, T, n]` mu's parameters (``ActionDistribution.params``);
+      `values` `[B, T]` behavior values (normalized space: GAE's values, and the centre of
+      value clipping);
+      `rewards` `[B, T]` reward after step t's action; `dones` `[B, T]` the episode ended after
+      step t (terminated or truncated: both stop the bootstrap); `time_outs` `[B, T]` (needed
+      with `cfg.value_bootstrap`) the episode was truncated, not terminated, after step t.
+    - optional `policy_versions` `[B, T]` with the int `learner_version`: steps whose lag
+      exceeds `cfg.max_policy_lag` are masked out of every loss; optional `valids` `[B, T]` bool
+      masks further steps (e.g. another policy's). Masked steps still feed V-trace's recursion.
+    - optional `targets` and `advantages` `[B, T]`, GAE's from `gae_targets` for the whole batch;
+      without them GAE is computed here the same way, V(x_T) from this forward pass.
+
+    Per-step fields may also be given with `T + 1` steps (the buffers' shape); the last is ignored.
+    """
+    obs, num_steps, step, dones = _steps(batch)
+    rnn_state = batch["rnn_states"]
+    valids, policy_lag = _valid_steps(step, batch, cfg)
+
+    # forward pass over T + 1 steps; the extra step gives the bootstrap value V(x_T)
+    if rnn_state.dim() == 3 and 0 < cfg.recurrence < num_steps:
+        dist_all, values_all = _forward_in_pieces(model, obs, rnn_state, dones, cfg.recurrence)
+    else:
+        dist_all, values_all = model.forward_sequence(
+            obs, rnn_state[:, 0] if rnn_state.dim() == 3 else rnn_state,
+            torch.nn.functional.pad(dones, (0, 1)))
+    dist = dist_all[:, :num_steps]
+    values = values_all[:, :num_steps]
+    log_prob_new = dist.log_prob(step["actions"])
+    log_prob_old = step["log_probs"].float()
+
+    with torch.no_grad():
+        if cfg.with_vtrace:
+            # V-trace needs the current policy's ratios, so its targets follow each minibatch
+            values_ret, bootstrap_ret = _return_space(
+                values.detach(), values_all[:, num_steps].detach(), cfg, returns_normalizer)
+            # log rho_t = log pi(a_t|x_t) - log mu(a_t|x_t)
+            log_rhos = log_prob_new.detach() - log_prob_old
+            targets, advantages = vtrace(
+                values_ret, bootstrap_ret, _rewards(step, values_ret, dones, cfg), dones,
+                log_rhos, cfg.gamma, cfg.vtrace_rho_bar, cfg.vtrace_c_bar,
+            )  # fmt: skip
+            targets = _normalized_targets(targets, valids, cfg, returns_normalizer)
+        elif "advantages" in batch:  # computed once for the whole batch: gae_targets
+            targets = batch["targets"][:, :num_steps]
+            advantages = batch["advantages"][:, :num_steps]
+        else:
+            targets, advantages = _gae_targets(step, values_all[:, num_steps].detach(), dones,
+                                               valids, cfg, returns_normalizer)
+        valid_adv = advantages[valids]
+        adv_mean = masked_mean(advantages, valids)
+        adv_std = valid_adv.std() if valid_adv.numel() > 1 else torch.zeros(())
+        if cfg.normalize_advantage:
+            advantages = normalize_advantages(advantages, valids)
+
+    # policy loss: PPO clipped surrogate, or (clipping off) an importance-weighted gradient
+    if cfg.with_ppo_clipping:
+        loss_pi = policy_loss(log_prob_new, log_prob_old, advantages, cfg.ppo_clip_ratio, valids)
+    elif cfg.with_vtrace:
+        loss_pi = impala_policy_loss(log_prob_new, advantages, valids)
+    else:
+        loss_pi = policy_loss(log_prob_new, log_prob_old, advantages, None, valids)
+    # critic loss, clipped around the behavior-time values
+    clip_value = cfg.ppo_clip_value if cfg.ppo_clip_value > 0 else None
+    loss_v = value_loss(values, step["values"].float(), targets, clip_value, valids)
+    # exploration: the entropy bonus, or the symmetric KL to the uniform policy
+    entropy = dist.entropy()
+    loss_explore = (symmetric_kl_loss(dist.symmetric_kl_with_uniform(), valids)
+                    if cfg.exploration_loss == "symmetric_kl" else entropy_loss(entropy, valids))
+    # KL(pi || mu) against the behaviour distribution: the penalty, and the figure the
+    # KL-adaptive learning-rate schedules read
+    behaviour = ActionDistribution.from_params(step["action_params"].float(), model.action_heads,
+                                               model.action_dim)
+    with torch.set_grad_enabled(cfg.kl_loss_coeff > 0):  # only a figure without the penalty
+        kl_old = masked_mean(dist.kl(behaviour), valids)
+    # total: L = L_pi + c_v L_V + c_H L_H (+ c_KL KL)
+    loss = loss_pi + cfg.value_loss_coeff * loss_v + cfg.entropy_coeff * loss_explore
+    if cfg.kl_loss_coeff > 0:
+        loss = loss + cfg.kl_loss_coeff * kl_old
+
+    with torch.no_grad():
+        log_ratio = log_prob_new.detach() - log_prob_old
+        ratio = torch.exp(log_ratio)
+        low, high = cfg.clip_range
+        stats = {
+            "loss": loss.detach(),
+            "policy_loss": loss_pi.detach(),
+            "value_loss": loss_v.detach(),
+            "exploration_loss": loss_explore.detach(),
+            "entropy": masked_mean(entropy.detach(), valids),
+            "kl": kl_old.detach(),
+            "clip_fraction": masked_mean(((ratio < low) | (ratio > high)).float(), valids),
+            "ratio_mean": masked_mean(ratio, valids),
+            # 0 without a valid step, as the masked means
+            "ratio_min": ratio[valids].min() if bool(valids.any()) else torch.zeros(()),
+            "ratio_max": ratio[valids].max() if bool(valids.any()) else torch.zeros(()),
+            "adv_mean": adv_mean,
+            "adv_std": adv_std,
+            "value_mean": masked_mean(values.detach(), valids),
+            "target_mean": masked_mean(targets, valids),
+            "valid_fraction": valids.float().mean(),
+        }
+        if policy_lag is not None:
+            stats["policy_lag_mean"] = policy_lag.mean()
+            stats["policy_lag_max"] = policy_lag.max()
+    return loss, stats
+
+
+@torch.no_grad()
+def gae_targets(
+    model: ActorCritic,
+    batch: dict,
+    cfg: AppoConfig,
+    returns_normalizer: ReturnsNormalizer | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Value targets (normalized where returns are) and GAE advantages `[B, T]` of a whole batch.
+
+    Computed once before the batch's epochs, as PPO and Sample Factory do: from the
+    behaviour-time `values` and the current model's V(x_T), run from the stored state entering
+    step T (`rnn_states [B, T + 1, S]`; a model without state takes any). `appo_loss` trains on
+    them as the batch's `targets` and `advantages`. Recomputed from the current critic at every
+    minibatch instead, later epochs would normalize what is left of the advantages once the
+    critic has fitted these very returns. The returns statistics take the batch once."""
+    obs, num_steps, step, dones = _steps(batch)
+    valids, _ = _valid_steps(step, batch, cfg)
+    rnn_state = batch["rnn_states"]
+    if rnn_state.dim() == 3:  # the state entering T is 0 after an episode's end at T - 1
+        entering = rnn_state[:, num_steps] * (1.0 - dones[:, num_steps - 1 :].to(rnn_state.dtype))
+    elif model.state_size == 0:
+        entering = rnn_state
+    else:
+        raise ValueError("gae_targets needs the state entering each step: rnn_states [B, T + 1, S]")
+    _, bootstrap = model.forward_sequence({k: v[:, num_steps:] for k, v in obs.items()},
+                                          entering, torch.zeros_like(dones[:, :1]))
+    return _gae_targets(step, bootstrap[:, 0], dones, valids, cfg, returns_normalizer)
+
+
+def _gae_targets(step: dict[str, Tensor], bootstrap: Tensor, dones: Tensor, valids: Tensor,
+                 cfg: AppoConfig, returns_normalizer: ReturnsNormalizer | None,
+                 ) -> tuple[Tensor, Tensor]:
+    """GAE's (normalized targets, advantages) from the behaviour-time values and ``bootstrap``
+    V(x_T), both in the critic's (normalized) space."""
+    values_ret, bootstrap_ret = _return_space(step["values"].float(), bootstrap, cfg,
+                                              returns_normalizer)
+    targets, advantages = gae(values_ret, bootstrap_ret, _rewards(step, values_ret, dones, cfg),
+                              dones, cfg.gamma, cfg.gae_lambda)
+    return _normalized_targets(targets, valids, cfg, returns_normalizer), advantages
+
+
+def _steps(batch: dict) -> tuple[dict[str, Tensor], int, dict[str, Tensor], Tensor]:
+    """The batch's obs, its `T`, its per-step fields cut to `T` steps, and float dones."""
+    obs = batch["obs"]
+    num_steps = next(iter(obs.values())).shape[1] - 1
+    step = {key: batch[key][:, :num_steps] for key in PER_STEP_KEYS if key in batch}
+    return obs, num_steps, step, step["dones"].float()
+
+
+def _valid_steps(step: dict[str, Tensor], batch: dict, cfg: AppoConfig,
+                 ) -> tuple[Tensor, Tensor | None]:
+    """The steps that train: the caller's `valids`, and a policy lag of at most
+    `max_policy_lag`; and the lags (None without versions)."""
+    valids = torch.ones_like(step["dones"], dtype=torch.bool)
+    if "valids" in step:
+        valids &= step["valids"].bool()
+    policy_lag = None
+    if "policy_versions" in step and "learner_version" in batch:
+        policy_lag = (batch["learner_version"] - step["policy_versions"]).float()
+        valids &= policy_lag <= cfg.max_policy_lag
+    return valids, policy_lag
+
+
+def _return_space(values: Tensor, bootstrap: Tensor, cfg: AppoConfig,
+                  returns_normalizer: ReturnsNormalizer | None) -> tuple[Tensor, Tensor]:
+    """The critic's values and V(x_T) in return space (denormalized where returns are)."""
+    if not cfg.normalize_returns:
+        return values, bootstrap
+    if returns_normalizer is None:
+        raise ValueError("cfg.normalize_returns needs a returns_normalizer")
+    return returns_normalizer.denormalize(values), returns_normalizer.denormalize(bootstrap)
+
+
+def _rewards(step: dict[str, Tensor], values_ret: Tensor, dones: Tensor,
+             cfg: AppoConfig) -> Tensor:
+    """The rewards the targets add up: with `value_bootstrap`, time-limit cuts bootstrapped."""
+    if not cfg.value_bootstrap:
+        return step["rewards"]
+    if "time_outs" not in step:
+        raise ValueError("cfg.value_bootstrap needs the batch's time_outs")
+    return bootstrap_time_outs(step["rewards"], values_ret, dones, step["time_outs"], cfg.gamma)
+
+
+def _normalized_targets(targets: Tensor, valids: Tensor, cfg: AppoConfig,
+                        returns_normalizer: ReturnsNormalizer | None) -> Tensor:
+    """``targets`` in the critic's space; in training the returns statistics take the valid,
+    finite ones first."""
+    if not cfg.normalize_returns:
+        return targets
+    assert returns_normalizer is not None  # _return_space refused its absence
+    if returns_normalizer.training:
+        seen = targets[valids]
+        seen = seen[torch.isfinite(seen)]
+        if seen.numel():
+            returns_normalizer.update(seen)
+    return returns_normalizer.normalize(targets)
+
+
+def bootstrap_time_outs(rewards: Tensor, values: Tensor, dones: Tensor, time_outs: Tensor,
+                        gamma: float) -> Tensor:
+    """r_t + gamma * V(x_t) where step t ended its episode by a time limit, else r_t.
+
+    V(x_{t+1}) is what the cut return would go on from, but x_{t+1} is not in the trajectory
+    (the env was reset): V(x_t) stands in for it, as in Sample Factory (good where one step's
+    reward is small beside the return). `values` in return space, `dones` float `[B, T]`."""
+    return rewards + gamma * values * time_outs.to(values.dtype) * dones
+
+
+def _forward_in_pieces(model: ActorCritic, obs: dict[str, Tensor], rnn_states: Tensor,
+                       dones: Tensor, piece: int) -> tuple[ActionDistribution, Tensor]:
+    """``forward_sequence`` over ``[B, T + 1]`` steps as ``T / piece`` pieces of ``piece`` steps
+    plus the bootstrap step, each from the stored state entering its first step
+    (``rnn_states [B, T + 1, S]``, zeroed after an episode's end as the rollout worker does)."""
+    batch, num_steps = dones.shape
+    pieces = num_steps // piece
+    entering = rnn_states.clone()
+    entering[:, 1:] *= 1.0 - dones.unsqueeze(-1)  # the state entering t+1 after a done is 0
+    body = {k: v[:, :num_steps].reshape(batch * pieces, piece, *v.shape[2:])
+            for k, v in obs.items()}
+    dist_body, values_body = model.forward_sequence(
+        body, entering[:, :num_steps:piece].reshape(batch * pieces, -1),
+        dones.reshape(batch * pieces, piece))
+    last = {k: v[:, num_steps:] for k, v in obs.items()}
+    dist_last, values_last = model.forward_sequence(last, entering[:, num_steps],
+                                                    torch.zeros_like(dones[:, :1]))
+    params = torch.cat([dist_body.params.reshape(batch, num_steps, -1), dist_last.params], 1)
+    return (ActionDistribution.from_params(params, model.action_heads, model.action_dim),
+            torch.cat([values_body.reshape(batch, num_steps), values_last], dim=1))

@@ -1,0 +1,155 @@
+"""``sfbus eval RUN_DIR``: score a run's policies over many seeded episodes into CSV files.
+
+Each policy of the run (or those named by ``--policy``) plays ``--episodes`` env episodes on
+``--envs`` envs in this process, acting for all of them in one batched, packed inference call
+per step (:mod:`sfbus_components.evaluation.seeded_episodes`). Episode ``k`` starts from seed
+``--seed + k``, so a row can be replayed alone (``sfbus enjoy --seed``).
+``OUT/eval_policy_<id>.csv`` gets one row per agent-episode,
+``seed,agent,return,true_return,length`` (``true_return`` empty where the env reports no unshaped
+score), sorted by seed, then a ``mean`` row over them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sfbus import BadInput
+from sfbus_components.commands.enjoy import (
+    EnjoyError,
+    build_from_checkpoint,
+    check_seeds,
+    learners,
+    make_play_env,
+    read_checkpoint,
+)
+from sfbus_components.commands.outputs import check_writable_dir
+
+BAD_INPUT = 2
+COLUMNS = ("seed", "agent", "return", "true_return", "length")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``eval`` sub-command (the ``sfbus.commands`` entry point)."""
+    parser = subparsers.add_parser(
+        "eval", help="score a run's policies over seeded episodes (CSV)",
+        description="Play N seeded episodes per policy on M envs with batched inference; write "
+                    "one CSV per policy, a row per episode and a mean row.")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory of `sfbus run`")
+    parser.add_argument("--policy", type=int, action="append", metavar="N",
+                        help="policy id (repeatable; default: every policy of the run)")
+    parser.add_argument("--checkpoint", metavar="PATH|best",
+                        help="checkpoint file, or 'best' (default: each policy's newest)")
+    parser.add_argument("--episodes", type=int, default=10, metavar="N",
+                        help="env episodes per policy (default: 10)")
+    parser.add_argument("--envs", type=int, default=4, metavar="M",
+                        help="envs played side by side (default: 4)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="take the most likely action instead of sampling")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the first episode; episode k uses SEED + k (default: 0)")
+    parser.add_argument("--out", metavar="DIR", help="folder for the CSV files "
+                                                     "(default: RUN_DIR/eval)")
+    parser.set_defaults(func=cmd_eval)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Run ``sfbus eval``; bad input is one ``error:`` line on stderr and exit code 2."""
+    out = Path(args.out) if args.out else Path(args.run_dir) / "eval"
+    try:
+        jobs = _check(args)
+        check_writable_dir(out, "--out")  # the last check: a refusal leaves no folder behind
+    except EnjoyError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
+        raise BadInput(str(error)) from None
+    for params, path, state in jobs:
+        start = time.perf_counter()
+        rows = evaluate(params, state, episodes=args.episodes, envs=args.envs,
+                        deterministic=args.deterministic, first_seed=args.seed)
+        csv_path = out / f"eval_policy_{params.policy}.csv"
+        mean = write_csv(csv_path, rows)
+        print(f"policy {params.policy} ({path.name}, version {state['version']}): mean return "
+              f"{mean['return']:.3f}, mean length {mean['length']:.1f} over {len(rows)} "
+              f"episodes in {time.perf_counter() - start:.1f} s -> {csv_path}")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> list[tuple[Any, Path, dict]]:
+    """Every policy to evaluate with its checkpoint, read before anything plays."""
+    if args.episodes < 1:
+        raise EnjoyError(f"--episodes must be >= 1, not {args.episodes}")
+    if args.envs < 1:
+        raise EnjoyError(f"--envs must be >= 1, not {args.envs}")
+    check_seeds(args.seed, args.episodes)
+    run_dir = Path(args.run_dir)
+    found = learners(run_dir)
+    wanted = args.policy or sorted(found)
+    for policy in wanted:
+        if policy not in found:
+            raise EnjoyError(f"--policy {policy}: {run_dir} has no such policy (it trains "
+                             f"{', '.join(str(p) for p in sorted(found))})")
+    if args.checkpoint not in (None, "best") and len(wanted) > 1:
+        raise EnjoyError(f"--checkpoint {args.checkpoint}: a file holds one policy; choose it "
+                         f"with --policy")
+    return [(found[p], *read_checkpoint(run_dir, found[p], args.checkpoint))
+            for p in dict.fromkeys(wanted)]
+
+
+def evaluate(params: Any, state: dict, *, episodes: int, envs: int, deterministic: bool,
+             first_seed: int) -> list[Any]:
+    """Play ``episodes`` seeded episodes of the checkpoint ``state``; their rows by seed."""
+    import torch
+    from tqdm import tqdm
+
+    from sfbus_components.evaluation.seeded_episodes import SeededEpisodes
+
+    played = [make_play_env(params, render=False) for _ in range(min(envs, episodes))]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # batches of a few rows: more threads only contend for the cores
+    try:
+        policy = build_from_checkpoint(played[0].spec, params, state)
+        runner = SeededEpisodes(played, policy, params.state_size,
+                                deterministic=deterministic, first_seed=first_seed)
+        # tqdm shows itself only on a terminal (disable=None): logs and pipes stay clean
+        with tqdm(total=episodes, desc=f"policy {params.policy}", unit="episode",
+                  disable=None, file=sys.stderr) as bar:
+            return runner.play(episodes, on_episode=lambda rows: bar.update(1))
+    finally:
+        torch.set_num_threads(threads)
+        for env in played:
+            env.close()
+
+
+def write_csv(path: Path, rows: list[Any]) -> dict[str, float]:
+    """Write the episodes' rows and their ``mean`` row; returns the means."""
+    mean = {
+        "return": sum(r.episode_return for r in rows) / len(rows),
+        "length": sum(r.length for r in rows) / len(rows),
+    }
+    true_returns = [r.true_return for r in rows if not math.isnan(r.true_return)]
+    mean["true_return"] = sum(true_returns) / len(true_returns) if true_returns else math.nan
+    # whole or not at all: a killed eval, or two at once into one folder, never leave a CSV
+    # that is half of one and half of the other
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with partial.open("w", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(COLUMNS)
+            for r in rows:
+                writer.writerow((r.seed, r.agent, repr(r.episode_return),
+                                 _blank_nan(r.true_return), r.length))
+            writer.writerow(("mean", "", repr(mean["return"]), _blank_nan(mean["true_return"]),
+                             repr(mean["length"])))
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return mean
+
+
+def _blank_nan(value: float) -> str:
+    return "" if math.isnan(value) else repr(value)

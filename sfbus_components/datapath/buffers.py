@@ -1,0 +1,309 @@
+"""Shared-memory layouts of the data path: trajectory buffers and published policy weights.
+
+Every rollout worker owns one trajectory buffer, ``<worker>.traj.<field>``, each field shaped
+``[slots, T+1, ...]``: step ``t`` holds the observation and RNN state the action at ``t`` was
+computed from, that action, its log-probability and value, the reward and done that followed (and
+whether that done was a time limit's truncation rather than a termination), the policy id and
+version that acted, and whether the agent was inactive (did not act). Step ``T`` holds the
+observation (and state) after the last action, for bootstrapping; it is also copied into step 0
+of the worker's next slot.
+
+With ``sampling: batched`` the fields are shaped ``[blocks, T+1, rows, ...]`` instead (a block is
+the ``rows_per_split`` slots one split fills, see :mod:`sfbus_components.sampling.batched_layout`):
+slot ``s`` is ``(s // rows, :, s % rows)``, so a split's rows at step ``t`` are one contiguous
+array. Code that reads or writes slots goes through :meth:`TrajectoryBuffer.at` and
+:meth:`TrajectoryBuffer.slot_source`, which know both layouts.
+
+A policy's weights live in ``policy.<id>.weights`` (one flat float32 vector of the model's and the
+observation normalizer's state) behind a seqlock counter ``policy.<id>.version``: the learner
+makes it odd while writing, even when done; a reader retries if it saw an odd value or the value
+changed under it. The published version number is ``counter // 2``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from sfbus import ActorContext, ArraySpec, SlotPool
+from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.datapath.slot_stages import stage_array_specs
+from sfbus_components.envs import EnvSpec, env_spec
+
+Index = int | slice | np.ndarray
+"""Slots or steps of a trajectory buffer: one, a range, or an integer array."""
+STEP_FIELDS = ("rnn", "actions", "log_probs", "action_params", "values", "rewards", "dones",
+               "time_outs", "versions", "policies", "inactive")
+
+
+@dataclass(frozen=True)
+class TrajectoryLayout:
+    """Shapes of one rollout worker's trajectory buffer and request table."""
+
+    spec: EnvSpec
+    rollout: int
+    state_size: int
+    slots: int
+    splits: int
+    rows_per_split: int
+    block_rows: int = 0
+    """Rows per block of the ``[blocks, T+1, rows, ...]`` layout (batched sampling); 0 for the
+    ``[slots, T+1, ...]`` layout."""
+
+    def field_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Field name to (shape, dtype); observation fields are named ``obs.<key>``."""
+        rows = self.block_rows
+        if rows and self.slots % rows:
+            raise ValueError(f"{self.slots} slots are not whole blocks of {rows}")
+        steps = (self.slots // rows, self.rollout + 1, rows) if rows else (self.slots,
+                                                                         self.rollout + 1)
+        fields = {f"obs.{k}": ((*steps, *f.shape), f.dtype)
+                  for k, f in self.spec.observation_space.items()}
+        fields.update({
+            # A zero-width state would be an empty segment; keep one unused column instead.
+            "rnn": ((*steps, max(self.state_size, 1)), "float32"),
+            "actions": ((*steps, *self.spec.action_shape), self.spec.action_dtype),
+            "log_probs": (steps, "float32"),
+            # the behaviour distribution (logits, or mean and log-std): the KL terms' mu
+            "action_params": ((*steps, self.spec.action_params_size), "float32"),
+            "values": (steps, "float32"),
+            "rewards": (steps, "float32"),
+            "dones": (steps, "uint8"),
+            "time_outs": (steps, "uint8"),  # the done was a truncation (value_bootstrap)
+            "versions": (steps, "int64"),
+            "policies": (steps, "int64"),
+            # 1: the agent did not act at this step (a multi-agent env's `is_active` False),
+            # masked out of the loss as a step of another policy; 0 (the buffer's zeros) acted
+            "inactive": (steps, "uint8"),
+        })
+        return fields
+
+    def array_specs(self, worker: str) -> list[ArraySpec]:
+        """Every shared array of worker ``worker``: buffer fields, request table, slot pool and
+        the pool's slot stages (see :mod:`sfbus_components.datapath.slot_stages`)."""
+        specs = [ArraySpec(f"{worker}.traj.{name}", shape, dtype)
+                 for name, (shape, dtype) in self.field_shapes().items()]
+        specs.append(ArraySpec(f"{worker}.requests", (self.splits, self.rows_per_split, 2),
+                               "int64"))
+        specs.extend(SlotPool.array_specs(f"{worker}.pool", self.slots))
+        specs.extend(stage_array_specs(worker, self.slots))  # who holds each slot (recovery)
+        return specs
+
+
+def trajectory_layout(params: DataPathParams, workers: int) -> TrajectoryLayout:
+    """The layout every worker's buffer has in a run of ``workers`` rollout workers, with its
+    slot count (computed once per run, in :class:`sfbus_components.datapath.record.DataPath`).
+
+    Async: one slot per agent being filled, plus enough spare slots for
+    ``num_batches_to_accumulate`` batches spread over the workers; when they run out, collection
+    pauses (the back-pressure). With a population that is per policy, since each policy's batcher
+    fills its own batches. With 0 spare batches an agent's next trajectory waits for the learner
+    to copy its last, so a batch must fit in the trajectories of all agents at once. Sync: exactly
+    the slots one batch takes from this worker, released only after training, so collection stops
+    while the learner trains (one policy only).
+    """
+    spec = env_spec(params.env, **params.env_kwargs)
+    agents = params.num_envs * spec.num_agents
+    per_batch = params.trajectories_per_batch
+    if params.mode == "sync":
+        if params.num_policies > 1:
+            raise ValueError("sync mode trains one policy; use mode async with num_policies > 1")
+        if per_batch % (workers * agents):
+            raise ValueError(
+                f"sync mode: batch_size {params.batch_size} must be a multiple of rollout x "
+                f"agents = {params.rollout} x {workers * agents} (every agent of every worker "
+                f"contributes the same number of trajectories)")
+        slots = per_batch // workers
+    else:
+        if params.num_batches_to_accumulate == 0 and per_batch > workers * agents:
+            raise ValueError(
+                f"num_batches_to_accumulate 0 keeps one trajectory per agent, but a batch of "
+                f"{params.batch_size} samples takes {per_batch} trajectories and the run has "
+                f"{workers * agents} agents: lower batch_size or raise num_batches_to_accumulate")
+        slots = agents + math.ceil(
+            params.num_policies * params.num_batches_to_accumulate * per_batch / workers)
+    rows_per_split = agents // params.num_splits
+    batched = params.sampling == "batched"
+    if batched and params.mode == "async":
+        # Splits take whole blocks of rows_per_split slots
+        # (sfbus_components.sampling.batched_layout): round up to whole blocks, plus one for the
+        # block a batch boundary leaves partly released.
+        slots = (math.ceil(slots / rows_per_split) + 1) * rows_per_split
+    return TrajectoryLayout(spec, params.rollout, params.state_size, slots, params.num_splits,
+                            rows_per_split, rows_per_split if batched else 0)
+
+
+class TrajectoryBuffer:
+    """A rollout worker's trajectory buffer, attached in any process: numpy and torch views."""
+
+    def __init__(self, context: ActorContext, worker: str, layout: TrajectoryLayout) -> None:
+        self.worker = worker
+        self.layout = layout
+        self.numpy: dict[str, np.ndarray] = {}
+        self.torch: dict[str, torch.Tensor] = {}
+        for name in layout.field_shapes():
+            array = context.shared(f"{worker}.traj.{name}")
+            self.numpy[name] = array.numpy
+            self.torch[name] = array.torch
+        self.obs_keys = tuple(layout.spec.observation_space)
+        requests = context.shared(f"{worker}.requests")
+        self.requests = requests.numpy
+
+    def obs_numpy(self) -> dict[str, np.ndarray]:
+        """Observation fields by key (without the ``obs.`` prefix), numpy views."""
+        return {k: self.numpy[f"obs.{k}"] for k in self.obs_keys}
+
+    def obs_torch(self) -> dict[str, torch.Tensor]:
+        """Observation fields by key, torch views over the same bytes."""
+        return {k: self.torch[f"obs.{k}"] for k in self.obs_keys}
+
+    def at(self, slots: Index, t: Index) -> tuple[Index, ...]:
+        """Where rows ``slots`` at step(s) ``t`` lie in any field (numpy or torch, read or write).
+
+        ``slots`` and ``t`` are ints, slices or integer arrays; the result's leading axes are
+        ``[slots, t]`` whatever the layout. In the block layout it indexes a view (one contiguous
+        array) when ``slots`` is an int, or a slice inside one block and ``t`` an int.
+        """
+        rows = self.layout.block_rows
+        if not rows:
+            return slots, t
+        if isinstance(slots, slice):
+            n = slots.stop - slots.start
+            if isinstance(t, (int, np.integer)):
+                block, first = divmod(slots.start, rows)
+                if first + n > rows:
+                    raise ValueError(f"slots {slots.start}..{slots.stop - 1} span two blocks")
+                return block, t, slice(first, first + n)
+            slots = np.arange(slots.start, slots.stop)  # keeps the [slots, t] axis order
+        return slots // rows, t, slots % rows
+
+    def slot_source(self, name: str, steps: int | None, width: int | None = None) -> SlotSource:
+        """What a batch copies of field ``name``: steps ``[0, steps)`` of a slot (``None``: step
+        0 alone, without a step axis), its trailing axis cut to ``width`` if given."""
+        field = self.torch[name]
+        if width is not None:
+            field = field[..., :width]
+        return SlotSource(field, self.layout, steps)
+
+
+class SlotSource:
+    """One field's first steps of any slots, copied out with one gather (the learner's copy).
+
+    ``[slots, T+1]`` layout: an ``index_select`` over slots of the step-sliced view. Block layout:
+    an ``index_select`` over the flat ``(block, t, row)`` rows of every slot's steps.
+    """
+
+    def __init__(self, field: torch.Tensor, layout: TrajectoryLayout, steps: int | None) -> None:
+        self.rows = layout.block_rows
+        self.dtype = field.dtype
+        self.squeeze = steps is None
+        self.steps = 1 if steps is None else steps
+        if self.rows:
+            feature = field.shape[3:]
+            # A view (fails rather than copy); sized explicitly, as a zero-width state has no
+            # elements to infer -1 from.
+            self.flat = field.view(field.shape[:3].numel(), *feature)
+            self.offsets = torch.arange(self.steps) * self.rows
+            self.slot_steps = layout.rollout + 1
+        else:
+            feature = field.shape[2:]
+            self.source = field[:, 0] if steps is None else field[:, :steps]
+        self.shape: tuple[int, ...] = (*(() if self.squeeze else (self.steps,)), *feature)
+        """The shape one slot's copy has."""
+
+    def copy_into(self, slots: torch.Tensor, out: torch.Tensor) -> None:
+        """Copy ``slots``' steps into ``out`` (contiguous, ``[len(slots), *self.shape]``)."""
+        if not self.rows:
+            torch.index_select(self.source, 0, slots, out=out)
+            return
+        block, row = slots.div(self.rows, rounding_mode="floor"), slots.remainder(self.rows)
+        # (block * (T+1) + t) * rows + row, for t in [0, steps)
+        flat = (block * (self.slot_steps * self.rows) + row).unsqueeze(1) + self.offsets
+        torch.index_select(self.flat, 0, flat.view(-1),
+                           out=out.view(len(slots) * self.steps, *self.flat.shape[1:]))
+
+
+def policy_array_specs(policy: int, num_params: int) -> list[ArraySpec]:
+    """The shared arrays that publish the weights of ``policy``."""
+    return [ArraySpec(f"policy.{policy}.weights", (num_params,), "float32"),
+            ArraySpec(f"policy.{policy}.version", (1,), "int64")]
+
+
+def flat_size(tensors: Iterable[torch.Tensor]) -> int:
+    """Number of float elements in ``tensors`` (the weights vector's length)."""
+    return sum(t.numel() for t in tensors)
+
+
+_PAGE_LOCKED: set[int] = set()
+"""Addresses of weights vectors this process registered with CUDA (registering twice fails)."""
+
+
+class PolicyWeights:
+    """The published weights of one policy: the learner writes, inference workers read."""
+
+    def __init__(self, context: ActorContext, policy: int) -> None:
+        self.policy = policy
+        self.weights = context.shared(f"policy.{policy}.weights").torch
+        self.counter = context.shared(f"policy.{policy}.version").numpy
+        self.page_locked = False
+        """Whether :meth:`page_lock` registered the vector with CUDA in this process."""
+
+    def page_lock(self) -> bool:
+        """Register the weights vector with CUDA as page-locked memory (once per process), so
+        that a GPU copies to and from it in one DMA at full speed: measured on an H100, a
+        version costs the learner ~10 ms and an inference worker ~7 ms through pageable memory
+        (``python -m bench.gpu_weights``). False where that is not possible."""
+        if self.page_locked or not torch.cuda.is_available():
+            return self.page_locked
+        address = self.weights.data_ptr()
+        if address not in _PAGE_LOCKED:  # an actor beside us in this process registered it
+            cudart = torch.cuda.cudart()
+            code = cudart.cudaHostRegister(
+                address, self.weights.numel() * self.weights.element_size(), 0)
+            if int(getattr(code, "value", code)) != 0:
+                # The runtime keeps the error for the next kernel launch to report: clear it.
+                getattr(cudart, "cudaGetLastError", lambda: None)()
+                return False
+            _PAGE_LOCKED.add(address)
+        self.page_locked = True
+        return True
+
+    @property
+    def version(self) -> int:
+        """The last completely published version (0 before the first publish)."""
+        return int(self.counter[0]) // 2
+
+    def publish(self, tensors: list[torch.Tensor], version: int) -> None:
+        """Write ``tensors`` (in a fixed order) as ``version``; readers never see half of it."""
+        with torch.no_grad():
+            if tensors and tensors[0].device.type != "cpu":
+                # A GPU learner: one flat vector on the device, then one transfer down (into
+                # page-locked memory where possible), instead of a small transfer per tensor.
+                self.page_lock()
+                tensors = [torch.cat([t.reshape(-1).float() for t in tensors])]
+            self.counter[0] = 2 * version - 1  # odd: writing
+            offset = 0
+            for tensor in tensors:
+                n = tensor.numel()
+                self.weights[offset:offset + n].copy_(tensor.reshape(-1))
+                offset += n
+        self.counter[0] = 2 * version
+
+    def read_into(self, tensors: list[torch.Tensor]) -> int:
+        """Copy the published weights into ``tensors``; returns the version read."""
+        while True:
+            before = int(self.counter[0])
+            if before % 2:
+                continue  # the learner is mid-write; it takes well under a millisecond
+            offset = 0
+            with torch.no_grad():
+                for tensor in tensors:
+                    n = tensor.numel()
+                    tensor.copy_(self.weights[offset:offset + n].view_as(tensor))
+                    offset += n
+            if int(self.counter[0]) == before:
+                return before // 2

@@ -1,0 +1,66 @@
+"""The data path's run record: sizes, layouts and names, computed once when a run is launched.
+
+The rollout and inference workers and the learners list :class:`DataPath` in their ``records``
+(a batcher reads it when the run has one: a test's feeder makes a run without); the launcher
+computes it once from the topology (building the env's spec and one policy to count its
+weights), ``run.json`` keeps it, and each actor reads it from ``context.records[DataPath]`` (or
+the ``records`` of ``shared_arrays``) instead of deriving it again from the topology. A
+restarted process reads the same record.
+
+The data path's parameters are the rollout actor's (``settings.rollout_actor``): its buffers
+are the data path, and the other actors take the same values from ``settings``.
+"""
+
+from __future__ import annotations
+
+from sfbus import RunRecord, Topology, instance_name
+from sfbus_components.datapath.buffers import TrajectoryLayout, trajectory_layout
+from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.envs import EnvSpec
+from sfbus_components.models.policy import published_size
+
+
+class DataPath(RunRecord, frozen=True):
+    """What every data-path actor of a run agrees on, computed once at launch."""
+
+    layout: TrajectoryLayout
+    """Every rollout worker's trajectory buffer: env spec, T, state width, slot counts."""
+    workers: tuple[str, ...]
+    """The rollout workers' actor instance names, in worker-index order."""
+    weights: tuple[int, ...]
+    """Floats in each policy's published weights vector (model and normalizer), by policy id."""
+
+    @property
+    def spec(self) -> EnvSpec:
+        """The environment's spec (observation fields, actions, agents, frameskip)."""
+        return self.layout.spec
+
+    def weights_size(self, policy: int) -> int:
+        """Floats in the weights vector of ``policy`` (``ValueError`` for a policy the run has
+        not)."""
+        if not 0 <= policy < len(self.weights):
+            raise ValueError(f"policy {policy} does not exist: the run trains policies "
+                             f"0..{len(self.weights) - 1} (settings.num_policies)")
+        return self.weights[policy]
+
+    @classmethod
+    def from_topology(cls, topology: Topology) -> DataPath:
+        """The record of ``topology``'s rollout actor (``ValueError`` when it has none)."""
+        params, workers = _rollout_actor(
+            topology, topology.settings.get("rollout_actor", DataPathParams.rollout_actor))
+        # One model is built for all policies: they share the data path's model (the inference
+        # worker serves them all with one network shape).
+        size = published_size(params)
+        return cls(trajectory_layout(params, len(workers)), workers,
+                   (size,) * params.num_policies)
+
+
+def _rollout_actor(topology: Topology, actor: str) -> tuple[DataPathParams, tuple[str, ...]]:
+    """The rollout actor's parameters and its instance names, in worker-index order."""
+    for process in topology.processes:
+        for spec in process.actors:
+            if spec.name == actor and isinstance(spec.params, DataPathParams):
+                return spec.params, tuple(instance_name(actor, r, process.replicas)
+                                          for r in range(process.replicas))
+    raise ValueError(f"the topology has no rollout actor {actor!r} with the data path's "
+                     f"parameters (settings.rollout_actor)")

@@ -1,0 +1,79 @@
+"""Parameters shared by the data-path actors (taken from a topology's ``settings`` by name)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sfbus_components.models import ModelConfig
+from sfbus_components.models.registry import model_state_size
+
+
+@dataclass(frozen=True)
+class DataPathParams:
+    """What rollout, inference and learner actors must agree on; set once in ``settings``."""
+
+    env: str = "doom_basic"
+    """Environment name (``doom_<scenario>``, ``gym:<EnvId>``, or ``module:factory``)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the environment factory (``frameskip``, ``action_space``, ...)."""
+    rollout: int = 32
+    """T: steps per trajectory, and the BPTT length (Table A.5)."""
+    num_envs: int = 16
+    """Environments per rollout worker; the paper finds 16-32 per core best for VizDoom."""
+    num_splits: int = 2
+    """Groups a worker's environments are split into; 2 is double-buffered sampling."""
+    batch_size: int = 2048
+    """Samples (agent steps) per training batch (Table A.5)."""
+    mode: Literal["async", "sync"] = "async"
+    """``async`` keeps collecting while the learner trains; ``sync`` pauses collection."""
+    num_batches_to_accumulate: int = 2
+    """Async mode: batches that may wait for the learner before collection pauses. 0: none,
+    an agent starts its next trajectory once the learner has copied its last (one slot per
+    agent; one policy only): where the learner is the bottleneck, waiting batches only age the
+    data, and this gives the least policy lag."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The actor-critic network."""
+    rollout_actor: str = "rollout"
+    """Name of the rollout-worker actor in the topology (its replicas are the workers)."""
+    seed: int = 0
+    """Base seed; each worker and environment derives its own from it."""
+    num_policies: int = 1
+    """Policies trained side by side (a population); each has its own learner and batcher."""
+    sampling: Literal["non_batched", "batched"] = "non_batched"
+    """``batched``: each split's slots are one contiguous block, so the inference worker runs on
+    a slice of the buffer with no gather (one policy only, see
+    :mod:`sfbus_components.sampling.batched_layout`)."""
+
+    def __post_init__(self) -> None:
+        for name in ("rollout", "num_envs", "num_splits", "batch_size", "num_policies"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_batches_to_accumulate < 0:
+            raise ValueError(f"num_batches_to_accumulate must be >= 0, got "
+                             f"{self.num_batches_to_accumulate}")
+        if self.num_batches_to_accumulate == 0 and self.num_policies > 1:
+            # a policy's batch could wait forever for slots that hold the others' trajectories
+            raise ValueError(f"num_batches_to_accumulate 0 trains one policy, but num_policies "
+                             f"is {self.num_policies}; give each policy's batches room (>= 1)")
+        if not 0 <= self.seed < 2**63:  # what numpy's and torch's generators take
+            raise ValueError(f"seed must be >= 0 and below 2**63, got {self.seed}")
+        if self.num_envs % self.num_splits:
+            raise ValueError(f"num_envs ({self.num_envs}) must be divisible by num_splits "
+                             f"({self.num_splits})")
+        if self.sampling == "batched" and self.num_policies > 1:
+            raise ValueError(f"sampling: batched runs one policy per worker, but num_policies is "
+                             f"{self.num_policies}; use sampling: non_batched for a population")
+        if self.batch_size % self.rollout:
+            raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of rollout "
+                             f"({self.rollout})")
+
+    @property
+    def trajectories_per_batch(self) -> int:
+        """Trajectories of T steps in one training batch."""
+        return self.batch_size // self.rollout
+
+    @property
+    def state_size(self) -> int:
+        """Width of the flat RNN state (an LSTM keeps h and c), as the model's core says."""
+        return model_state_size(self.model)

@@ -1,0 +1,185 @@
+"""One learner update: APPO epochs over a batch, on the learner's training state.
+
+The learner's math, top to bottom: the batch enters the training device
+(:meth:`TrainingState.to_device`, the one copy in), the observation statistics take the batch
+and the observations are normalized, GAE's targets are computed once for the batch (V-trace's
+follow each minibatch), then per minibatch the V-trace + PPO loss and one Adam step (skipped
+where the loss or the gradient is not finite; in a distributed group the gradients are
+averaged first), then the counters move on. The learner actor calls it on its training thread.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from sfbus_components.algo import appo_loss, gae_targets
+from sfbus_components.algo.lr_schedule import LrSchedule
+from sfbus_components.envs import EnvSpec
+from sfbus_components.learning.distributed import Peers
+from sfbus_components.learning.faults import NumericsGuard
+from sfbus_components.learning.training_state import TrainingState
+from sfbus_components.pbt.member import PopulationMember
+
+if TYPE_CHECKING:
+    from sfbus_components.learning.learner import Learner
+
+Batch = dict[str, Any]
+LOSS_FIGURES = {"policy_loss": "policy_loss", "value_loss": "value_loss",
+                "exploration_loss": "exploration_loss", "entropy": "entropy", "kl": "kl",
+                "clip_fraction": "clip_fraction", "ratio_mean": "ratio_mean",
+                "ratio_min": "ratio_min", "ratio_max": "ratio_max", "adv_mean": "adv_mean",
+                "adv_std": "adv_std", "value_mean": "value_mean", "target_mean": "target_mean"}
+"""appo_loss's figures of each minibatch, by their ``TrainingStats`` names; a batch reports
+their mean over its minibatches (the smallest and largest ratio: min and max)."""
+_BATCH_REDUCE = {"ratio_min": min, "ratio_max": max}
+_IMAGE_STAT_STRIDE = 8
+
+
+class AppoUpdate:
+    """APPO epochs over one batch at a time, on ``training``; ``population`` says which steps
+    count, ``numerics`` keeps and puts back the last good state; ``spec`` gives the env's
+    frameskip and reward scale. The learning rate follows ``appo.lr_schedule``."""
+
+    def __init__(self, training: TrainingState, population: PopulationMember,
+                 numerics: NumericsGuard, spec: EnvSpec, max_frames: int | None = None) -> None:
+        self.training = training
+        self.population = population
+        self.numerics = numerics
+        self.frameskip = spec.frameskip
+        self.env_reward_scale = spec.reward_scale
+        self.max_frames = max_frames
+        """The run's --max-frames, which ``lr_schedule: linear_decay`` decays over."""
+
+    def __call__(self, batch: Batch, params: Learner.Params, peers: Peers | None) -> dict[str, Any]:
+        """Train on ``batch`` (``BatchCopy``'s layout, on the host) with ``params``;
+        bumps the version. The loss figures, lags and sample counts of the batch."""
+        start = time.perf_counter()
+        cfg, t = params.appo, self.training
+        batch = t.to_device(batch)
+        self.numerics.before_batch()  # keeps a copy of the last good state now and then
+        obs = {k.removeprefix("obs."): v for k, v in batch.items() if k.startswith("obs.")}
+        stats = t.policy.obs_normalizer.stats
+        if params.model.normalize_input:
+            # Once per batch over steps 0..T-1 (step T reappears as step 0 of the next slot).
+            # Images: every 8th step. Per-pixel moments over a whole batch took ~0.5 s, a third
+            # of a training step here, and a running mean needs no 30k frames per batch.
+            for key, rms in stats.items():
+                stride = 1 if obs[key].is_floating_point() else _IMAGE_STAT_STRIDE
+                rms.update(obs[key][:, : params.rollout : stride])
+        # Always through the normalizer, as inference does: without updates its statistics stay
+        # at mean 0, variance 1 (images then come out as x / 255). Images come out in the
+        # encoder's compute dtype, so it has no cast of its own to make.
+        image_dtype = t.policy.model.encoder.compute_dtype(t.device)
+        obs = {k: stats[k].normalize(v, image_dtype) if k in stats else v for k, v in obs.items()}
+        # another policy's steps, and an inactive agent's, feed V-trace only
+        valids = self.population.valid_steps(batch)
+        data = {"obs": obs, "rnn_states": batch["rnn"], "actions": batch["actions"],
+                "log_probs": batch["log_probs"], "action_params": batch["action_params"],
+                "values": batch["values"],
+                "rewards": (batch["rewards"] * (params.reward_scale * self.env_reward_scale)
+                            ).clamp(-cfg.reward_clip, cfg.reward_clip),
+                "dones": batch["dones"],
+                "time_outs": batch["time_outs"],
+                "policy_versions": batch["versions"], "valids": valids,
+                "learner_version": t.version}
+        if not cfg.with_vtrace:  # GAE once per batch, from the behaviour-time values
+            data["targets"], data["advantages"] = gae_targets(t.policy.model, data, cfg,
+                                                              t.returns_normalizer)
+        figures: list[dict[str, float]] = []
+        norms: list[float] = []
+        skipped = 0
+        schedule = LrSchedule(cfg.lr_schedule, cfg.lr, cfg.lr_schedule_kl_threshold,
+                              cfg.lr_adaptive_min, cfg.lr_adaptive_max, self.max_frames)
+        batch_frames = int(valids.sum()) * self.frameskip
+        steps, done = cfg.num_epochs * cfg.num_batches_per_epoch, 0
+        for _ in range(cfg.num_epochs):
+            kls: list[float] = []
+            for index in t.minibatches(len(valids), cfg.num_batches_per_epoch,
+                                       cfg.shuffle_minibatches):
+                loss_figures, grad_norm = self._sgd_step(
+                    data if index is None else _select(data, index), params, peers)
+                skipped += grad_norm is None
+                self.numerics.after_step(grad_norm is not None)  # N bad: last good state
+                figures += [loss_figures] if loss_figures is not None else []
+                norms += [grad_norm] if grad_norm is not None else []
+                done += 1
+                if loss_figures is not None:
+                    kls.append(loss_figures["kl"])
+                    t.set_lr(schedule.after_minibatch(
+                        t.lr, kls, t.env_frames + batch_frames * done / steps))
+            if kls:
+                t.set_lr(schedule.after_epoch(t.lr, kls))
+        lag = (t.version - batch["versions"]).float()
+        samples = int(valids.sum())
+        t.version += 1
+        t.train_steps += 1
+        t.samples += samples
+        t.env_frames += samples * self.frameskip
+        if peers is not None:
+            peers.record_batch(t.version, samples, cfg.num_epochs)
+        result: dict[str, Any] = {
+            k: _BATCH_REDUCE.get(k, _mean)([f[k] for f in figures]) if figures else math.nan
+            for k in LOSS_FIGURES}
+        own_lags = lag[valids]  # the steps of this policy, those lagging too much included
+        low, median, p90 = (own_lags.quantile(torch.tensor([0.0, 0.5, 0.9], device=lag.device))
+                            .tolist() if own_lags.numel() else [math.nan] * 3)
+        result.update(
+            grad_norm=_mean(norms), skipped=skipped, samples=samples,
+            valid_fraction=float((valids & (lag <= cfg.max_policy_lag)).float().mean()),
+            lag_mean=float(lag[valids].mean()) if samples else 0.0,
+            lag_max=float(lag[valids].max()) if samples else 0.0,
+            lag_min=low, lag_p50=median, lag_p90=p90,
+            trajectory_lags=_row_means(lag, valids), train_seconds=time.perf_counter() - start)
+        return result
+
+    def _sgd_step(self, minibatch: Batch, params: Learner.Params, peers: Peers | None,
+                  ) -> tuple[dict[str, float] | None, float | None]:
+        """One optimizer step: (loss figures, grad norm), None where non-finite (skipped)."""
+        cfg, t = params.appo, self.training
+        rn = t.returns_normalizer
+        # appo_loss updates the returns statistics; a skipped step must not poison them.
+        saved = None if rn is None else {k: v.clone() for k, v in rn.state_dict().items()}
+        loss, stats = appo_loss(t.policy.model, minibatch, cfg, rn)
+        finite = bool(torch.isfinite(loss))
+        t.optimizer.zero_grad(set_to_none=True)
+        if finite:
+            loss.backward()
+        if peers is not None:  # every rank takes every step, so the skip is decided together
+            finite = peers.average(finite, int(minibatch["valids"].sum()))
+        if not finite:
+            if rn is not None:
+                rn.load_state_dict(saved)
+            return None, None
+        figures = {name: float(stats[key]) for name, key in LOSS_FIGURES.items()}
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            t.policy.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)
+        if not torch.isfinite(grad_norm):
+            t.optimizer.zero_grad(set_to_none=True)
+            if rn is not None:
+                rn.load_state_dict(saved)
+            return figures, None
+        t.optimizer.step()
+        return figures, float(grad_norm)
+
+
+def _select(data: Batch, index: torch.Tensor) -> Batch:
+    """The trajectories ``index`` of a training batch (a minibatch; whole trajectories)."""
+    return {key: {k: v.index_select(0, index) for k, v in value.items()} if isinstance(value, dict)
+            else value.index_select(0, index) if isinstance(value, torch.Tensor) else value
+            for key, value in data.items()}
+
+
+def _mean(values: list[float]) -> float:
+    """The mean, or NaN for no values (every step of the batch was skipped)."""
+    return sum(values) / len(values) if values else math.nan
+
+
+def _row_means(lag: torch.Tensor, valids: torch.Tensor) -> list[float]:
+    """Mean lag of each trajectory's valid steps (trajectories with none are left out)."""
+    counts = valids.sum(1)
+    means = (lag * valids).sum(1) / counts.clamp(min=1)
+    return means[counts > 0].tolist()

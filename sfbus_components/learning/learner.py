@@ -1,0 +1,459 @@
+"""The learner of one policy: copies a batch out of shared memory, trains APPO, publishes weights.
+
+Per batch: one gather copy of the batch's trajectories into local tensors
+(:mod:`sfbus_components.learning.batch_copy`; the workers get their slots back at once in async
+mode), V-trace + PPO epochs in a background thread (torch releases the GIL, so the event loop keeps
+moving signals meanwhile), then the new weights are published in shared memory under version + 1.
+Checkpoints go to ``<run_dir>/checkpoints/policy_<id>/``; a run directory that already holds some
+resumes from the newest (``sfbus run FILE --resume RUN_DIR``).
+
+What training changes (policy, Adam, normalizers, counters) is one
+:class:`~sfbus_components.learning.training_state.TrainingState` on the device the learner trains
+on; a batch is copied out of shared memory on the host and enters the device in ``train``. The
+learner owns its PBT role as a :class:`~sfbus_components.pbt.member.PopulationMember` and its fault
+handling as a :class:`~sfbus_components.learning.faults.NumericsGuard`, both over that state.
+
+Trajectory length and batch size are the data path's (``rollout``, ``batch_size``); observation
+statistics are updated iff ``model.normalize_input``, and observations always go through the
+policy's ``ObsNormalizer``, as in inference: vectors by their running statistics, uint8 images per
+pixel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import torch
+
+from sfbus import (
+    Actor,
+    ActorContext,
+    ArraySpec,
+    RateLimitedLog,
+    RunLimits,
+    RunRecords,
+    Seconds,
+    Signal,
+    Topology,
+    slot,
+)
+from sfbus_components.algo import AppoConfig
+from sfbus_components.datapath.buffers import PolicyWeights, TrajectoryBuffer, policy_array_specs
+from sfbus_components.datapath.messages import (
+    TRAINING_FIGURES,
+    BatchReady,
+    EpisodeFinished,
+    LearnerIdle,
+    SlotsReleased,
+    TrainingStats,
+    WeightsUpdated,
+)
+from sfbus_components.datapath.record import DataPath
+from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.datapath.slot_stages import LearnerSlots
+from sfbus_components.envs import env_spec
+from sfbus_components.learning.appo_update import LOSS_FIGURES, AppoUpdate, Batch
+from sfbus_components.learning.batch_copy import BatchCopy
+from sfbus_components.learning.checkpoint import CheckpointError, config_fingerprint, load_newest
+from sfbus_components.learning.checkpoint_schedule import Kind, LearnerCheckpoints
+from sfbus_components.learning.distributed import Peers, check_supported, group_from_env, join_peers
+from sfbus_components.learning.faults import NumericsGuard, restore_published
+from sfbus_components.learning.heap import keep_freed_memory
+from sfbus_components.learning.training_state import TrainingState
+from sfbus_components.models.device import check_device, describe_device, resolve_device
+from sfbus_components.models.policy import build_policy
+from sfbus_components.pbt.member import PopulationMember
+from sfbus_components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
+
+_T = TypeVar("_T")
+_LAG_BUCKETS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+
+
+class Learner(Actor):
+    """Trains one policy with APPO on the batches its batcher sends; a member of PBT's
+    population when a topology wires its PBT slots."""
+
+    component = "learner"
+    records = (DataPath,)
+
+    @dataclass(frozen=True)
+    class Params(DataPathParams):
+        """The data path's settings plus the learner's own."""
+
+        policy: int = 0
+        """Policy id this learner trains."""
+        appo: AppoConfig = field(default_factory=AppoConfig)
+        """APPO hyperparameters (``--set appo.lr=...``)."""
+        reward_scale: float = 1.0
+        """Rewards are multiplied by this, and by the env's own scale (``EnvSpec.reward_scale``:
+        0.01 on doom_basic, as Sample Factory), before the loss."""
+        checkpoint_every_s: Seconds = 120.0
+        """Seconds between checkpoints (one more is written at a graceful stop)."""
+        keep_checkpoints: int = 3
+        """Newest checkpoints kept; older ones are deleted."""
+        save_best_metric: Literal["true_return", "episode_return", ""] = "true_return"
+        """Score of the best checkpoint (``checkpoints/policy_<id>/best``): the mean of the
+        last 100 episodes' unshaped score (their return where the env reports none), or of their
+        return; "" writes none. Needs ``rollout.episode_finished`` wired to this learner."""
+        save_best_after: int = 100_000
+        """Env frames trained on before a best checkpoint is written (early means are noise)."""
+        save_best_every_s: Seconds = 5.0
+        """Seconds at least between two best checkpoints (a rising metric beats it often)."""
+        save_milestones_s: Seconds = 0.0
+        """Seconds between milestone checkpoints (``milestones/``, all kept); 0: none."""
+        torch_threads: int = 1
+        """Intra-op threads of torch in this process (1: the learner owns a core)."""
+        sequence_threads: int = 1
+        """Threads the forward and backward pass over a batch split its trajectories over, each
+        running its ops on ``torch_threads`` threads (CPU; on a GPU the pass runs whole).
+        ``appo_local_inference.yaml`` gives it 2 with one torch thread each, sharing the rollout
+        processes' cores: a share whose core is taken stalls only itself, where one op on two
+        threads waits for both (:mod:`sfbus_components.models.threaded_sequence`)."""
+        max_bad_updates: int = 5
+        """Non-finite updates in a row after which the last good state is put back."""
+        good_state_every: int = 20
+        """Batches between the in-memory copies of the last good state."""
+        peer_timeout_s: Seconds = 300.0
+        """Distributed runs: seconds to wait for the other nodes' learners (joining, each step)."""
+        max_failed_batches: int = 3
+        """Batches in a row whose training raised after which the learner's process gives up
+        (exit 1: restarted by the supervisor); a failing periodic checkpoint is only reported
+        and retried at the next interval."""
+        device: str = "auto"
+        """``auto`` (a GPU when one is visible), ``cpu``, ``cuda`` or ``cuda:N``; without an
+        index, policy ``i`` (plus the rank's local rank under torchrun) trains on GPU
+        ``i mod n`` (:mod:`sfbus_components.models.device`)."""
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            check_device(self.device)
+            for name in ("torch_threads", "sequence_threads"):
+                if getattr(self, name) < 1:
+                    raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+            if not 0 < self.reward_scale <= 1e6:
+                raise ValueError(f"reward_scale must be > 0 and <= 1e6, got {self.reward_scale}")
+            # Minibatches are whole trajectories: with fewer than one each, some would be empty
+            # and every training step would fail at run time.
+            if self.appo.recurrence and self.rollout % self.appo.recurrence:
+                raise ValueError(f"appo.recurrence ({self.appo.recurrence}) must divide the "
+                                 f"rollout ({self.rollout})")
+            if self.appo.num_batches_per_epoch > self.trajectories_per_batch:
+                raise ValueError(
+                    f"appo.num_batches_per_epoch ({self.appo.num_batches_per_epoch}) exceeds the "
+                    f"trajectories of a batch (batch_size {self.batch_size} / rollout "
+                    f"{self.rollout} = {self.trajectories_per_batch}); every minibatch needs one")
+
+        def check_resume(self, run_dir: Path) -> None:
+            """Refuse a ``--resume`` whose newest checkpoint of this policy was saved with
+            another env or model (``sfbus run`` asks before anything starts)."""
+            folder = Path(run_dir, "checkpoints", f"policy_{self.policy}")
+            try:
+                load_newest(folder, config_fingerprint(self.env, self.model))
+            except CheckpointError as error:
+                raise ValueError(str(error)) from None
+
+        def check_limits(self, limits: RunLimits) -> None:
+            """Refuse run limits a setting cannot work with (``sfbus run`` asks before
+            anything starts)."""
+            if self.appo.lr_schedule == "linear_decay" and not limits.max_frames:
+                raise ValueError("appo.lr_schedule linear_decay decays the rate over the run's "
+                                 "--max-frames; give --max-frames or another schedule")
+
+    learner_idle = Signal(LearnerIdle, "ready for the next batch")
+    slots_released = Signal(SlotsReleased, "a worker's slots were copied (one per worker)")
+    weights_updated = Signal(WeightsUpdated, "new weights are published")
+    training_stats = Signal(TrainingStats, "losses and health figures of one training step")
+    policy_replaced = Signal(PolicyReplaced, "this learner now trains a copy of another policy")
+
+    training: TrainingState
+    """Policy, optimizer, normalizers and counters (from ``build``)."""
+    population: PopulationMember
+    """This learner's part in PBT (from ``build``)."""
+    batches: BatchCopy
+    """Copies each batch out of the workers' buffers (from ``on_start``)."""
+
+    def __init__(self, name: str, params: Any = None, context: ActorContext | None = None) -> None:
+        super().__init__(name, params, context)
+        self.skipped_steps = 0
+        self.checkpoints: LearnerCheckpoints | None = None
+        """The checkpoint schedule; None without a run directory."""
+        self._background: asyncio.Future[Any] | None = None
+        self._stopping = False
+        self._failed_batches = 0
+        self.peers: Peers | None = None
+        self._warn = RateLimitedLog(self.log, 60.0)
+        m = self.metrics
+        self._m_restores = m.counter("good_state_restores",
+                                     "last good states put back after bad updates")
+        self._m_samples = m.counter("samples", "samples (agent steps) trained on")
+        self._m_skipped = m.counter("skipped_steps", "steps skipped: non-finite loss or gradient")
+        self._m_checkpoint_failures = m.counter("checkpoint_failures",
+                                                "periodic checkpoints that could not be written")
+        self._m_lag = m.histogram("policy_lag", "mean policy lag of each trained trajectory",
+                                  _LAG_BUCKETS)
+        self._m_gauges = {key: m.gauge(key, f"{doc}, last batch")
+                          for key, doc in TRAINING_FIGURES.items()}
+        self._m_gauges["version"] = m.gauge("version", "published weights version")
+
+    @classmethod
+    def shared_arrays(cls, name: str, params: Any, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
+        """The policy's published weights and their version counter."""
+        check_supported(params.num_policies)
+        return policy_array_specs(params.policy, records[DataPath].weights_size(params.policy))
+
+    # ----- setup ---------------------------------------------------------------------------
+
+    def build(self, device: torch.device | str = "cpu") -> None:
+        """Create the training state on ``device``, the PBT role and the numerics guard over
+        it; no shared memory."""
+        p = self.params
+        torch.set_num_threads(p.torch_threads)
+        keep_freed_memory()
+        self.spec = env_spec(p.env, **p.env_kwargs)
+        self.training = TrainingState(build_policy(p), p.appo, p.seed, device)
+        if self.training.device.type == "cpu":
+            self.training.policy.model.sequence_threads = p.sequence_threads
+        run_dir = None if self.context is None else self.context.run_dir
+        self.population = PopulationMember(p.policy, self.training, self.config_fingerprint(),
+                                           run_dir, self.log, self.name)
+        self._numerics = NumericsGuard(self.training, p.max_bad_updates, p.good_state_every,
+                                       self.log, self.name, self._m_restores)
+        self._restores_reported = 0
+        max_frames = None if self.context is None else self.context.limits.max_frames
+        if self.context is not None:
+            p.check_limits(self.context.limits)
+        if p.appo.exploration_loss == "symmetric_kl" and self.spec.is_continuous:
+            raise ValueError(f"{self.name}: appo.exploration_loss symmetric_kl needs categorical "
+                             f"actions; env {p.env!r} has continuous ones (use entropy)")
+        self.update = AppoUpdate(self.training, self.population, self._numerics,
+                                 self.spec, max_frames)
+
+    async def on_start(self) -> None:
+        """Build, attach the workers' buffers, resume from a checkpoint, publish, say idle."""
+        assert self.context is not None
+        p = self.params
+        group = group_from_env()
+        self.build(resolve_device(p.device, p.policy + (group.local_rank if group else 0)))
+        self.log.info("%s: policy %d trains on %s", self.name, p.policy,
+                      describe_device(self.training.device))
+        data_path = self.context.records[DataPath]
+        self.batches = BatchCopy(
+            [TrajectoryBuffer(self.context, w, data_path.layout) for w in data_path.workers],
+            p.rollout, p.state_size, pin=self.training.device.type == "cuda",
+            every_state=0 < p.appo.recurrence < p.rollout or not p.appo.with_vtrace)
+        self._slot_stages = LearnerSlots(self.context, data_path.workers, self.log)
+        self.weights = PolicyWeights(self.context, p.policy)
+        if self.context.run_dir is not None:
+            self.checkpoints = LearnerCheckpoints(
+                Path(self.context.run_dir, "checkpoints", f"policy_{p.policy}"), p.policy, p)
+            newest = load_newest(self.checkpoints.folder, self.config_fingerprint(),
+                                 log=self.log, map_location=self.training.device)
+            if newest is not None:
+                self.restore(newest[1])
+                self.log.info("%s: resumed from %s (version %d)", self.name, newest[0],
+                              self.training.version)
+        if restore_published(self.weights, self.training):  # newer than the checkpoint
+            self.log.warning("%s: restarted; continues from the weights it published last "
+                             "(version %d)", self.name, self.training.version)
+        else:  # a restarted learner cannot rejoin: its peers ended the group when it died
+            audit = None if self.context.run_dir is None else Path(
+                self.context.run_dir, "logs", f"distributed_policy_{p.policy}.jsonl")
+            self.peers = await self._in_thread(join_peers, self.training, p.peer_timeout_s,
+                                               self.log, self.name, audit)
+        self._publish()
+        self.report_advance("trained batches", 0)  # watched from now on (run.progress_timeout_s)
+        self.learner_idle.emit(LearnerIdle(p.policy))
+
+    # ----- the batch cycle ------------------------------------------------------------------
+
+    @slot
+    async def on_batch_ready(self, msg: BatchReady) -> None:
+        """Train on the batch; whatever happens, say idle after (the batcher waits for it)."""
+        if self._stopping:
+            return
+        try:
+            await self._learn(msg)
+            self._failed_batches = 0
+        except Exception as error:  # the batcher must not wait forever on a learner that raised
+            self._failed_batches += 1
+            self.report_failure("on_batch_ready", error)
+            if self._failed_batches >= self.params.max_failed_batches:
+                self.fail_process(f"{self._failed_batches} batches in a row failed, the last "
+                                  f"with {error!r}")
+        finally:
+            self.learner_idle.emit(LearnerIdle(self.params.policy))
+
+    async def _learn(self, msg: BatchReady) -> None:
+        """Copy the batch out, release its slots (async: at once; sync: after training, also when
+        it fails), train, publish, report, checkpoint when due."""
+        p = self.params
+        batch, groups = self.batches.copy(msg)
+        to_release = groups
+        try:
+            if p.mode == "async":
+                self._release(to_release)
+                to_release = {}
+            # Dropped: a restarted worker already refills one of its slots
+            # (sfbus_components.datapath.slot_stages), or it has only steps of weights a PBT
+            # exchange replaced.
+            if self._slot_stages.torn(groups) or self.population.discards(batch):
+                return
+            result = await self._in_thread(self.train, batch)
+            self._publish()
+        finally:
+            if to_release:
+                self._release(to_release)
+        self._report(result)
+        kinds = () if self.checkpoints is None else self.checkpoints.due(self.training.env_frames)
+        if kinds:
+            try:
+                await self._in_thread(self.save, kinds)
+            except Exception as error:  # disk full, folder replaced: retried at the next interval
+                self._m_checkpoint_failures.inc()
+                self.report_failure("checkpoint", error)
+
+    def train(self, batch: Batch) -> dict[str, Any]:
+        """APPO epochs over ``batch`` (the ``BatchCopy`` layout, on the host); bumps the
+        version. Any thread."""
+        return self.update(batch, self.params, self.peers)
+
+    def _release(self, groups: dict[int, list[int]]) -> None:
+        self._slot_stages.consume(groups)  # before the release: a restarted worker reclaims them
+        for worker, slots in groups.items():
+            self.slots_released.emit(SlotsReleased(worker, tuple(slots)), key=worker)
+
+    def _publish(self) -> None:
+        version = self.training.version
+        self.weights.publish(self.training.policy.published_tensors(), version)
+        self.weights_updated.emit(WeightsUpdated(self.params.policy, version))
+        self._m_gauges["version"].set(version)
+
+    def _report(self, r: dict[str, Any]) -> None:
+        appo = self.params.appo
+        # Each restore of the last good state is a contained failure: it counts against the
+        # run's per-actor budget like a slot that raised (restores between finite updates
+        # otherwise go on for ever).
+        for _ in range(self._numerics.restores - self._restores_reported):
+            self.report_failure("numerics", FloatingPointError(
+                "non-finite updates in a row: the last good state was restored"))
+        self._restores_reported = self._numerics.restores
+        if r["skipped"] < appo.num_epochs * appo.num_batches_per_epoch:  # the weights changed
+            self.report_advance("trained batches")
+        if r["skipped"]:
+            self.skipped_steps += r["skipped"]
+            self._m_skipped.inc(r["skipped"])
+            self._warn.warning("skipped", "%s: skipped %d optimizer steps with a non-finite loss "
+                               "or gradient (%d so far)", self.name, r["skipped"],
+                               self.skipped_steps)
+        if r["valid_fraction"] < 0.5:
+            self._warn.warning("invalid", "%s: only %.0f%% of a batch's steps were valid (the rest "
+                               "lagged more than appo.max_policy_lag versions, belonged to "
+                               "another policy or to an inactive agent): learning slows; lower "
+                               "the lag (fewer num_batches_to_accumulate, a faster learner) or "
+                               "raise the limit",
+                               self.name, 100 * r["valid_fraction"])
+        self._m_samples.inc(r["samples"])
+        for lag in r["trajectory_lags"]:
+            self._m_lag.observe(lag)
+        stats = TrainingStats(
+            policy=self.params.policy, version=self.training.version,
+            env_frames=self.training.env_frames,
+            lr=self.training.lr,
+            learner_fps=r["samples"] * self.spec.frameskip / max(r["train_seconds"], 1e-9),
+            **{k: r[k] for k in (*LOSS_FIGURES, "samples", "grad_norm", "valid_fraction",
+                                 "lag_mean", "lag_min", "lag_p50", "lag_p90", "lag_max",
+                                 "train_seconds")})
+        for key in TRAINING_FIGURES:
+            self._m_gauges[key].set(getattr(stats, key))
+        self.training_stats.emit(stats)
+
+    async def _in_thread(self, fn: Callable[..., _T], *args: Any) -> _T:
+        # Shielded so that a stop waits for the thread instead of abandoning it mid-update.
+        self._background = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        return await asyncio.shield(self._background)
+
+    # ----- checkpoints ----------------------------------------------------------------------
+
+    def config_fingerprint(self) -> dict[str, Any]:
+        """What a checkpoint must match to be resumed (see ``checkpoint.config_fingerprint``)."""
+        return config_fingerprint(self.params.env, self.params.model)
+
+    def state(self) -> dict[str, Any]:
+        """Everything a checkpoint holds: the training state (CPU tensors), the configuration's
+        fingerprint and PBT's changes (call between training steps)."""
+        return {**self.training.state_dict(), "config": self.config_fingerprint(),
+                **self.population.state()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Load a checkpoint's state (from ``load_checkpoint``) into the built learner."""
+        self.training.load_state_dict(state)
+        if self.checkpoints is not None:
+            self.checkpoints.restore(state)
+        self.params = self.population.restore(state, self.params)
+
+    def save(self, kinds: tuple[Kind, ...] = ("latest",)) -> Path | None:
+        """Write the current state as checkpoints of ``kinds``; returns the first one written
+        (None without a run directory)."""
+        if self.checkpoints is None:
+            return None
+        return self.checkpoints.write(self.state(), self.training.version, kinds)[0]
+
+    @slot
+    def on_episode_finished(self, msg: EpisodeFinished) -> None:
+        """Count an episode of this policy towards the best checkpoint's metric."""
+        if self.checkpoints is not None:
+            self.checkpoints.on_episode(msg)
+
+    # ----- population-based training (sfbus_components.pbt.member) -------------------------------
+
+    @slot
+    async def on_hyperparams_changed(self, msg: HyperparamsChanged) -> None:
+        """Apply this policy's new hyperparameters (between training steps)."""
+        if msg.policy == self.params.policy:
+            self.params = self.population.apply_hyperparams(
+                self.params, dict(zip(msg.names, msg.values, strict=True)))
+
+    @slot
+    async def on_replace_policy(self, msg: ReplacePolicy) -> None:
+        """A weight exchange, between training steps: write our snapshot (source) or become
+        a copy of the source's and publish it (target)."""
+        me = self.params.policy
+        if msg.source == msg.policy or me not in (msg.source, msg.policy):
+            return
+        if msg.source == me:
+            await self._in_thread(self.population.write_snapshot, msg, self.state())
+            return
+        copied = await self.population.take_snapshot(msg, self.params.appo,
+                                                     lambda: self._stopping)
+        if copied is not None:
+            self._numerics.forget()  # a later numerics restore must not bring back old weights
+            self._publish()  # inference sees a newer version and reloads at once
+            if self.checkpoints is not None:
+                await self._in_thread(self.save)  # a resume must not undo the exchange
+        self.policy_replaced.emit(PolicyReplaced(me, msg.source, msg.exchange,
+                                                 self.training.version,
+                                                 -1 if copied is None else copied,
+                                                 ok=copied is not None))
+
+    async def on_stop(self) -> None:
+        """Wait for an in-flight training step or save, then write the final checkpoint."""
+        self._stopping = True
+        # A finished step's continuation may start a periodic save: wait until nothing runs.
+        while self._background is not None and not self._background.done():
+            await asyncio.wait({self._background})
+        if self.peers is not None:  # before saving: the others may be waiting in a step for us
+            await self._in_thread(self.peers.close)
+        if self.checkpoints is not None:  # on the loop: nothing else may touch the model now
+            # named by the supervisor if this process is killed at its stop timeout
+            self.note(f"writing policy {self.params.policy}'s final checkpoint; the newest "
+                      f"written is {self.checkpoints.newest()}")
+            path = self.checkpoints.write_final(self.state(), self.training.version)
+            self.log.info("%s: final checkpoint %s (version %d)", self.name, path,
+                          self.training.version)
+
+

@@ -1,0 +1,239 @@
+"""The runner's statistics: frame rates, episode returns, policy lag and losses; logs and metrics.
+
+Every ``report_every_s`` it logs one line per run and appends a JSON record to
+``<run_dir>/progress.jsonl`` (what ``sfbus plot`` and the learning-speed figures read).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from sfbus import Actor, ArraySpec, Interval, RateLimitedLog, RunRecords, Topology, slot
+from sfbus import metrics as prom
+from sfbus_components.datapath.messages import EpisodeFinished, RolloutProgress, TrainingStats
+from sfbus_components.monitoring.status import progress_bar, status_line
+
+# Windows for the frame rate, in seconds (the paper and Sample Factory report 10 s and 60 s).
+_FPS_WINDOWS = (10.0, 60.0)
+
+
+@dataclass
+class _PolicyStats:
+    returns: deque[float]
+    lengths: deque[int]
+    true_returns: deque[float]
+    """The game scores of episodes whose env reports one apart from the reward trained on
+    (VizDoom's unshaped score, Atari's raw score)."""
+    episodes: int = 0
+    last: TrainingStats | None = None
+    frames: int = 0
+    """Env frames its agents collected (reported with a population only)."""
+    fps: float | None = None
+    """Its frames per second over the shorter window, and its share of all of them."""
+    share: float = 0.0
+
+
+class Stats(Actor):
+    """Collects the data path's statistics signals and reports them."""
+
+    component = "runner"
+
+    @dataclass(frozen=True)
+    class Params:
+        report_every_s: Interval = 5.0
+        """Seconds between reports."""
+        average_episodes: int = 100
+        """Episodes in the moving average of returns (100, as CartPole's 'solved' bar uses)."""
+        live: Literal["auto", "on", "off"] = "auto"
+        """Redraw one status line in place each second (``auto``: when stderr is a terminal);
+        otherwise log a plain line each report."""
+
+    @classmethod
+    def shared_arrays(cls, name: str, params: Any, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
+        """The run's totals, [frames, start time in monotonic ns], kept across a restart."""
+        return [ArraySpec(f"{name}.totals", (2,), "int64")]
+
+    async def on_start(self) -> None:
+        """Start the report timer (a restarted actor continues the run's frames and clock)."""
+        self._warn = RateLimitedLog(self.log)
+        self._totals = (self.context.shared(f"{self.name}.totals").numpy
+                        if self.context is not None
+                        and f"{self.name}.totals" in self.context.array_specs else None)
+        now_ns = time.monotonic_ns()  # the monotonic clock is system-wide: a new process agrees
+        if self._totals is not None and self._totals[1] == 0:
+            self._totals[1] = now_ns
+        start_ns = now_ns if self._totals is None else int(self._totals[1])
+        self.started = time.monotonic() - (now_ns - start_ns) / 1e9
+        self.frames = 0 if self._totals is None else int(self._totals[0])
+        self.history: deque[tuple[float, int]] = deque([(time.monotonic(), self.frames)])
+        self.policies: dict[int, _PolicyStats] = {}
+        # (time, frames per policy) at each report, for each policy's frame rate and share
+        self.policy_history: deque[tuple[float, dict[int, int]]] = deque()
+        self._frames_metric = prom.counter("sfbus_runner_env_frames_total",
+                                           "Environment frames collected", ())
+        self._fps_metric = prom.gauge("sfbus_runner_fps", "Env frames per second", ("window",))
+        self._reward_metric = prom.gauge("sfbus_runner_episode_reward",
+                                         "Mean episode return (moving average)", ("policy",))
+        self._true_reward_metric = prom.gauge(
+            "sfbus_runner_episode_true_reward", "Mean episode true objective, the env's unshaped "
+            "score where it reports one (moving average)", ("policy",))
+        self._length_metric = prom.gauge("sfbus_runner_episode_length",
+                                         "Mean episode length in env steps", ("policy",))
+        self._episodes_metric = prom.counter("sfbus_runner_episodes_total", "Finished episodes",
+                                             ("policy",))
+        self._policy_fps_metric = prom.gauge("sfbus_runner_policy_fps", "Env frames per second "
+                                             "collected by a policy's agents (10 s)", ("policy",))
+        self.live = self.params.live == "on" or (self.params.live == "auto"
+                                                 and sys.stderr.isatty())
+        self.every(self.params.report_every_s, self.report)
+        if self.live:
+            self.every(1.0, self.draw)
+
+    async def on_stop(self) -> None:
+        """Write the run's last record (a run shorter than ``report_every_s`` has one too) and
+        end the live line so the shell prompt starts on a fresh one."""
+        self.report()
+        if self.live:
+            self.draw()
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+    def draw(self) -> None:
+        """Redraw the live status line in place."""
+        now = time.monotonic()
+        self.history.append((now, self.frames))
+        rates = {f"{w:g}s": self.fps(w) for w in _FPS_WINDOWS}
+        limits = self.context.limits if self.context is not None else None
+        bar = progress_bar(limits, self.frames, now - self.started,
+                           rates["60s"]) if limits is not None else ""
+        policies = {str(p): self._policy_record(p, s) for p, s in sorted(self.policies.items())}
+        sys.stderr.write("\r\x1b[2K" + status_line(self.frames, rates, policies, bar))
+        sys.stderr.flush()
+
+    def _policy(self, policy: int) -> _PolicyStats:
+        stats = self.policies.get(policy)
+        if stats is None:
+            n = self.params.average_episodes
+            stats = self.policies[policy] = _PolicyStats(deque(maxlen=n), deque(maxlen=n),
+                                                         deque(maxlen=n))
+        return stats
+
+    @slot
+    def on_episode_finished(self, msg: EpisodeFinished) -> None:
+        """Record one finished episode."""
+        stats = self._policy(msg.policy)
+        stats.returns.append(msg.episode_return)
+        stats.lengths.append(msg.length)
+        if not math.isnan(msg.true_return):
+            stats.true_returns.append(msg.true_return)
+        stats.episodes += 1
+        self._episodes_metric.labels(str(msg.policy)).inc()
+
+    @slot
+    def on_rollout_progress(self, msg: RolloutProgress) -> None:
+        """Count frames collected by a rollout worker."""
+        self.frames += msg.frames
+        self._frames_metric.inc(msg.frames)
+        if self._totals is not None:
+            self._totals[0] = self.frames
+        for policy, frames in enumerate(msg.policy_frames):
+            if frames:
+                self._policy(policy).frames += frames
+
+    @slot
+    def on_training_stats(self, msg: TrainingStats) -> None:
+        """Keep the learner's latest figures."""
+        self._policy(msg.policy).last = msg
+
+    def fps(self, window: float) -> float:
+        """Env frames per second over the last ``window`` seconds (or since start)."""
+        now_t, now_frames = self.history[-1]
+        then_t, then_frames = self.history[0]
+        for then_t, then_frames in self.history:  # noqa: B007 - the first inside the window
+            if now_t - then_t <= window:
+                break
+        return (now_frames - then_frames) / max(now_t - then_t, 1e-9)
+
+    def report(self) -> None:
+        """Log one status line and append a progress record."""
+        now = time.monotonic()
+        self.history.append((now, self.frames))
+        while now - self.history[0][0] > max(_FPS_WINDOWS) + self.params.report_every_s:
+            self.history.popleft()
+        rates = {f"{w:g}s": self.fps(w) for w in _FPS_WINDOWS}
+        for window, rate in rates.items():
+            self._fps_metric.labels(window).set(rate)
+        self._policy_rates(now)
+        record = {"time": round(now - self.started, 3), "env_frames": self.frames,
+                  "fps": {k: round(v, 1) for k, v in rates.items()}, "policies": {}}
+        parts = [f"frames {self.frames:,}", "fps " + " / ".join(
+            f"{v:,.0f} ({k})" for k, v in rates.items())]
+        for policy, stats in sorted(self.policies.items()):
+            entry = self._policy_record(policy, stats)
+            record["policies"][str(policy)] = entry
+            if "reward" in entry:
+                true = f" true {entry['true_reward']:.2f}" if "true_reward" in entry else ""
+                parts.append(f"p{policy} reward {entry['reward']:.2f}{true} "
+                             f"len {entry['length']:.0f}")
+            if stats.fps is not None:
+                name = "" if "reward" in entry else f"p{policy} "
+                parts.append(f"{name}fps {stats.fps:,.0f} ({stats.share:.0%})")
+            if stats.last is not None:
+                parts.append(f"v{stats.last.version} lag {stats.last.lag_mean:.1f} "
+                             f"loss {stats.last.policy_loss:+.3f}/{stats.last.value_loss:.3f}")
+        if not self.live:
+            self.log.info(" | ".join(parts))
+        if self.context is not None and self.context.run_dir is not None:
+            try:
+                with Path(self.context.run_dir, "progress.jsonl").open("a") as out:
+                    out.write(json.dumps(record) + "\n")
+            except OSError as error:  # a full disk: training and the status line go on
+                self._warn.warning("progress", "%s: cannot append to progress.jsonl (%s): this "
+                                   "report's record is lost", self.name, error)
+
+    def _policy_rates(self, now: float) -> None:
+        """Each policy's frame rate over the shorter window and its share of the total."""
+        totals = {p: s.frames for p, s in self.policies.items() if s.frames}
+        if not totals:
+            return
+        self.policy_history.append((now, totals))
+        window = min(_FPS_WINDOWS)
+        while len(self.policy_history) > 1 and now - self.policy_history[1][0] >= window:
+            self.policy_history.popleft()
+        then, before = self.policy_history[0]
+        rates = {p: (n - before.get(p, 0)) / max(now - then, 1e-9) for p, n in totals.items()}
+        total = sum(rates.values())
+        for policy, rate in rates.items():
+            stats = self.policies[policy]
+            stats.fps, stats.share = rate, rate / total if total > 0 else 0.0
+            self._policy_fps_metric.labels(str(policy)).set(rate)
+
+    def _policy_record(self, policy: int, stats: _PolicyStats) -> dict[str, float]:
+        entry: dict[str, float] = {"episodes": stats.episodes}
+        if stats.returns:
+            entry["reward"] = sum(stats.returns) / len(stats.returns)
+            entry["length"] = sum(stats.lengths) / len(stats.lengths)
+            self._reward_metric.labels(str(policy)).set(entry["reward"])
+            self._length_metric.labels(str(policy)).set(entry["length"])
+        if stats.true_returns:
+            entry["true_reward"] = sum(stats.true_returns) / len(stats.true_returns)
+            self._true_reward_metric.labels(str(policy)).set(entry["true_reward"])
+        if stats.fps is not None:
+            entry.update(fps=round(stats.fps, 1), fps_share=round(stats.share, 4))
+        if stats.last is not None:
+            last = stats.last
+            # trained_frames: the env frames the learner has trained on (Sample Factory's count);
+            # the record's env_frames counts them when sampled, up to a few batches earlier.
+            entry.update(version=last.version, trained_frames=last.env_frames,
+                         lag=last.lag_mean, samples=last.samples,
+                         policy_loss=last.policy_loss, value_loss=last.value_loss,
+                         entropy=last.entropy, kl=last.kl, grad_norm=last.grad_norm)
+        return entry
