@@ -80,9 +80,9 @@ fi
 
 if [ -z "${SKIP_TESTS:-}" ]; then
     echo "== CUDA tests"
-    timeout 240 python3 -m pytest -q -rs -p no:cacheprovider tests/components/test_devices.py \
-        tests/components/test_graphed_step.py tests/components/test_inference.py \
-        tests/components/test_learner.py tests/components/test_training_state.py \
+    timeout 240 python3 -m pytest -q -rs -p no:cacheprovider tests/components/models/test_devices.py \
+        tests/components/models/test_graphed_step.py tests/components/sampling/test_inference.py \
+        tests/components/learning/test_learner.py tests/components/learning/test_training_state.py \
         > "$OUT/tests.txt" 2>&1
     tail -n 12 "$OUT/tests.txt"
 

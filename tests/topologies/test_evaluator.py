@@ -28,7 +28,7 @@ from sfbus_components.envs.spec import EpisodeStats, ObsDict, StepOutput
 from sfbus_components.evaluation.evaluator import Evaluator
 from sfbus_components.models import ModelConfig
 from sfbus_components.models.policy import build_policy, published_size
-from tests.components.test_tensorboard import scalars
+from tests.components.monitoring.test_tensorboard import scalars
 from tests.kernel.conftest import hosted
 from tests.kernel.runs import free_port, start_run, wait_for
 

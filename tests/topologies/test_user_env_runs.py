@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[2]
-APP = ROOT / "tests" / "sfbus_components" / "userenv_app"
+APP = ROOT / "tests" / "components" / "envs" / "userenv_app"
 FRAMES = 2000
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow, pytest.mark.timeout(240)]

@@ -1,0 +1,136 @@
+"""The TensorBoard writer: per-policy scalars against env frames, read back from the event file."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from sfbus import Actor, Signal
+from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
+from sfbus_components.datapath.messages import (
+    TRAINING_FIGURES,
+    EpisodeFinished,
+    RolloutProgress,
+    TrainingStats,
+)
+from sfbus_components.monitoring.tensorboard import TensorBoardWriter
+from sfbus_components.pbt.messages import HyperparamsChanged
+from tests.kernel.conftest import hosted
+
+
+class Emitter(Actor):
+    """Stands in for the rollout workers and the learner."""
+
+    episode_finished = Signal(EpisodeFinished)
+    rollout_progress = Signal(RolloutProgress)
+    training_stats = Signal(TrainingStats)
+    hyperparams_changed = Signal(HyperparamsChanged)
+
+
+def topology(folder: str) -> Topology:
+    """An emitter wired to a TensorBoard writer that only writes when told (long window)."""
+    params = TensorBoardWriter.Params(report_every_s=3600.0, tensorboard_dir=folder)
+    return Topology("tensorboard", "<test>", (
+        ProcessSpec("emit", (ActorSpec("emitter",
+                                       "tests.components.monitoring.test_tensorboard:Emitter",
+                                       None),)),
+        ProcessSpec("board", (ActorSpec("tensorboard",
+                "sfbus_components.monitoring.tensorboard:TensorBoardWriter",
+                                        params),)),
+    ), tuple(ConnectionSpec("emitter", signal, "tensorboard", f"on_{signal}")
+             for signal in ("episode_finished", "rollout_progress", "training_stats",
+                            "hyperparams_changed")))
+
+
+def training_stats(policy: int, loss: float, env_frames: int = 256) -> TrainingStats:
+    """A learner report with recognisable figures."""
+    return TrainingStats(policy=policy, version=3, samples=64, env_frames=env_frames,
+                         policy_loss=loss,
+                         value_loss=0.25, entropy=0.6, kl=0.01, grad_norm=1.5, lr=1e-3,
+                         lag_mean=2.5, lag_max=4.0, clip_fraction=0.1, train_seconds=0.02,
+                         ratio_mean=1.03, valid_fraction=0.75, lag_p90=3.5, learner_fps=9000.0)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait until ``condition()`` holds (messages take a few loop turns, or a socket hop)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.002)
+
+
+def scalars(folder: str) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of the event files in ``folder``: tag -> [(step, value)]."""
+    events = EventAccumulator(folder)
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)]
+            for tag in events.Tags()["scalars"]}
+
+
+@pytest.mark.parametrize("transport", ["inproc", "ipc"])
+async def test_scalars_per_policy_against_env_frames(tmp_path, transport):
+    folder = str(tmp_path / "tb")
+    async with hosted(topology(folder), transport) as actors:
+        emitter: Emitter = actors["emitter"]
+        board: TensorBoardWriter = actors["tensorboard"]
+        emitter.rollout_progress.emit(RolloutProgress(worker=0, frames=600))
+        emitter.rollout_progress.emit(RolloutProgress(worker=1, frames=400))
+        emitter.training_stats.emit(training_stats(0, loss=0.5, env_frames=768))
+        emitter.episode_finished.emit(EpisodeFinished(0, episode_return=10.0, length=5, frames=20))
+        emitter.episode_finished.emit(EpisodeFinished(0, episode_return=20.0, length=7, frames=28))
+        # one sender, one receiver: messages arrive in emission order, the episodes last
+        await until(lambda: 0 in board.episodes and len(board.episodes[0].returns) == 2)
+        assert board.frames == 1000
+        board.write()  # the end of a window: episode means and fps at 1000 frames
+        emitter.rollout_progress.emit(RolloutProgress(worker=0, frames=500))
+        await until(lambda: board.frames == 1500)
+        board.write()  # a window without episodes: only fps, at 1500
+        emitter.hyperparams_changed.emit(HyperparamsChanged(
+            1, ("appo.lr", "reward_shaping.death"), (2e-4, -0.25)))
+        emitter.training_stats.emit(training_stats(1, loss=-0.125, env_frames=512))
+        emitter.episode_finished.emit(EpisodeFinished(1, episode_return=-1.0, length=3, frames=12,
+                                                      true_return=4.0))
+        await until(lambda: 1 in board.episodes)
+    # stopping wrote the last window (no frames came in: no fps) and closed the file
+
+    found = scalars(folder)
+    assert found["policy_0/reward"] == [(1000, 15.0)]
+    assert found["policy_0/episode_length"] == [(1000, 6.0)]
+    # the learner's figures at the frames it trained on
+    assert found["policy_0/policy_loss"] == [(768, 0.5)]
+    assert found["policy_0/lag"] == [(768, 2.5)]
+    for tag, value in (("value_loss", 0.25), ("grad_norm", 1.5), ("lag_max", 4.0)):
+        assert found[f"policy_0/{tag}"] == [(768, value)]
+    assert found["policy_0/lr"][0][1] == pytest.approx(1e-3)
+    assert found["policy_0/entropy"][0][1] == pytest.approx(0.6)
+    assert found["policy_0/kl"][0][1] == pytest.approx(0.01)
+    # Sample Factory's further training statistics, under TRAINING_FIGURES' names
+    for tag, value in (("ratio_mean", 1.03), ("valid_fraction", 0.75), ("lag_p90", 3.5),
+                       ("learner_fps", 9000.0)):
+        assert found[f"policy_0/{tag}"][0][1] == pytest.approx(value)
+    assert {f"policy_0/{name}" for name in TRAINING_FIGURES if name != "lag_mean"} <= set(found)
+    assert found["policy_1/reward"] == [(1500, -1.0)]
+    assert found["policy_1/episode_length"] == [(1500, 3.0)]
+    # a game score only where the env reports one (Atari's raw score, VizDoom's unshaped one)
+    assert found["policy_1/true_reward"] == [(1500, 4.0)]
+    assert "policy_0/true_reward" not in found
+    assert found["policy_1/policy_loss"] == [(512, -0.125)]
+    assert found["policy_1/hp/appo.lr"][0][0] == 1500
+    assert found["policy_1/hp/appo.lr"][0][1] == pytest.approx(2e-4)
+    assert found["policy_1/hp/reward_shaping.death"] == [(1500, -0.25)]
+    assert [step for step, _ in found["run/fps"]] == [1000, 1500]
+    assert all(fps > 0 for _, fps in found["run/fps"])
+
+
+async def test_without_a_folder_it_writes_nothing(tmp_path):
+    board = TensorBoardWriter("tensorboard", TensorBoardWriter.Params())
+    await board.on_start()  # no context, so no run directory
+    board.on_rollout_progress(RolloutProgress(worker=0, frames=10))
+    board.on_training_stats(training_stats(0, loss=0.5))
+    board.write()
+    await board.on_stop()
+    assert board.writer is None and board.frames == 10
