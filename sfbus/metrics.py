@@ -12,6 +12,7 @@ bounded (``actor``, ``process``, ``policy``).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from typing import Any
 
@@ -119,6 +120,14 @@ def serve(host: str, port: int) -> tuple[Any, int]:
         multiprocess.MultiProcessCollector(registry, path=directory)
     server, _thread = prometheus_client.start_http_server(port, addr=host, registry=registry)
     return server, server.server_address[1]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or a name) is this machine's loopback only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name
+        return host == "localhost"
 
 
 def process_dead(pid: int) -> None:

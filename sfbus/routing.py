@@ -174,14 +174,6 @@ class RoutingTable:
             if e.process == process
         }
 
-    def peers_of(self, process: str) -> set[str]:
-        """Processes that ``process`` sends data frames to."""
-        return {
-            e.process
-            for e in self.edges
-            if self.actors[e.source].process == process and e.process != process
-        }
-
 
 def _error_at(message: str, where: Location | None, file: str, key: str) -> TopologyError:
     """A TopologyError at ``where`` in the topology (or naming only ``file`` when unknown)."""

@@ -12,36 +12,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import ipaddress
 import logging
-import math
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import msgspec
 import zmq
 import zmq.asyncio
 
 from sfbus import metrics
 from sfbus.bus import socket_address
 from sfbus.child import SUPERVISOR_PID_ENV, child_environment
+from sfbus.children import (
+    Advances,
+    Child,
+    apply_report,
+    failure_lost_at_stop,
+    overdue,
+    restarts_counter,
+)
 from sfbus.errors import FrameError, RunDirError, RunFailed
 from sfbus.frames import (
     CONTROL_EDGE,
     SUPERVISOR_SENDER,
     ActorFailed,
     Control,
-    Heartbeat,
     Ready,
     Start,
-    Started,
     Stop,
     StopRequested,
     decode_control,
@@ -88,24 +89,6 @@ class RunOptions:
     directory stays locked until the last of them has exited, even past a killed launcher."""
 
 
-@dataclass
-class _Child:
-    name: str
-    proc: asyncio.subprocess.Process | None = None
-    ready: bool = False
-    started: bool = False
-    last_heartbeat: float = 0.0
-    spawned_at: float = 0.0
-    activity: dict[str, tuple[float, str]] = field(default_factory=dict)
-    progress: int = 0
-    progress_base: int = 0
-    restarts: deque[float] = field(default_factory=deque)
-    lost_at_stop: bool = False
-    """An actor of it reported that its ``on_stop`` raised."""
-    control: zmq.Socket | None = None
-    waiter: asyncio.Task[int] | None = None
-
-
 class Supervisor:
     """Runs one topology to its end; ``await run()`` returns the exit code."""
 
@@ -117,7 +100,7 @@ class Supervisor:
         self.table = RoutingTable(topology)
         self.run_id = new_run_id()
         self.run_dir = options.run_dir.resolve()
-        self.children = {name: _Child(name) for name in self.table.processes}
+        self.children = {name: Child(name) for name in self.table.processes}
         self.outcome: ExitCode | None = None
         self.reason = ""
         self.sock_dir: Path | None = None
@@ -126,8 +109,7 @@ class Supervisor:
         its stop timeout or exiting with an error): the run then fails, whatever ended it."""
         self.done = asyncio.Event()
         self._interrupts = 0
-        self._advanced: dict[tuple[str, str], tuple[int, float, str]] = {}
-        """(actor, kind) -> (its count, when it last changed, the actor's process)."""
+        self._advanced: Advances = {}
         self._warn = RateLimitedLog(log)
         self._zmq = zmq.asyncio.Context()
 
@@ -208,7 +190,7 @@ class Supervisor:
             host = self.settings.metrics_host
             _server, bound = metrics.serve(host, port)
             log.info("metrics at http://%s:%d/metrics", host, bound)
-            if not _is_loopback(host):
+            if not metrics.is_loopback(host):
                 log.warning("metrics are served on %s, beyond this machine's loopback: anyone "
                             "who can reach port %d reads them (docs/SECURITY.md)", host, bound)
 
@@ -224,11 +206,10 @@ class Supervisor:
             self._finish(ExitCode.INTERRUPTED, f"interrupted by {signal.Signals(signum).name}")
         else:
             log.warning("second %s: killing every process", signal.Signals(signum).name)
-            alive = [c for c in self.children.values()
-                     if c.proc is not None and c.proc.returncode is None]
+            alive = [c for c in self.children.values() if c.alive]
             for child in alive:
                 child.lost_at_stop = True
-                _kill_group(child.proc.pid)
+                child.kill()
             if alive:
                 self.lost.append(f"a second {signal.Signals(signum).name} killed "
                                  f"{', '.join(c.name for c in alive)} before its stop ended")
@@ -249,10 +230,10 @@ class Supervisor:
             log.info("run started: %d processes, run dir %s", len(self.children),
                      self.run_dir)
 
-    async def _spawn(self, child: _Child) -> None:
+    async def _spawn(self, child: Child) -> None:
         # The child's restart series exists from its first start: counting a restart later
         # writes a value only, never a new entry that a full disk could refuse.
-        _restarts().labels(child.name)
+        restarts_counter().labels(child.name)
         child.ready = child.started = False
         child.progress_base += child.progress
         child.progress = 0
@@ -299,26 +280,9 @@ class Supervisor:
         return sum(c.progress_base + c.progress for c in self.children.values())
 
     def _check_heartbeats(self, now: float) -> None:
-        age_gauge = metrics.gauge("sfbus_supervisor_heartbeat_age_seconds",
-                                  "Seconds since a process last heart-beat", ("process",))
-        for child in self.children.values():
-            age = now - child.last_heartbeat
-            age_gauge.labels(child.name).set(age)
-            alive = child.proc is not None and child.proc.returncode is None
-            if (not child.started and alive and not self.done.is_set()
-                    and now - child.spawned_at > self.settings.start_timeout_s):
-                # a restarted process that hangs in on_start (or never reports Ready)
-                log.error("process %s did not start within start_timeout_s (%g s); killing it",
-                          child.name, self.settings.start_timeout_s)
-                child.spawned_at = math.inf  # killed once; its exit restarts it
-                _kill_group(child.proc.pid)
-                continue
-            if child.started and age > self.settings.heartbeat_timeout_s and not self.done.is_set():
-                log.error("process %s stopped heart-beating %.1f s ago%s; killing it",
-                          child.name, age, _last_activity(child))
-                child.started = False
-                if child.proc is not None and child.proc.returncode is None:
-                    _kill_group(child.proc.pid)
+        if not self.done.is_set():
+            for child in overdue(self.children, self.settings, now):
+                child.kill()
 
     def _check_advances(self, now: float) -> None:
         """End the run when a kind of progress an actor counts stood still too long."""
@@ -335,9 +299,8 @@ class Supervisor:
                              f"and no more for {timeout:g} s{what}")
                 return
 
-    def _on_exit(self, child: _Child, task: asyncio.Task[int]) -> None:
-        if child.proc is not None:
-            _kill_group(child.proc.pid)
+    def _on_exit(self, child: Child, task: asyncio.Task[int]) -> None:
+        child.kill()
         if self.done.is_set() or task.cancelled():
             return
         code = task.result()
@@ -359,7 +322,7 @@ class Supervisor:
                          f"{self.settings.restart_window_s:g} s; giving up")
             return
         log.warning("process %s exited with code %s; restarting", child.name, code)
-        _restarts().labels(child.name).inc()
+        restarts_counter().labels(child.name).inc()
         task_ = asyncio.ensure_future(self._spawn(child))
         task_.add_done_callback(lambda t: t.exception() and self._finish(
             ExitCode.FAILED, f"could not restart {child.name}: {t.exception()}"))
@@ -384,30 +347,20 @@ class Supervisor:
         if isinstance(message, Ready):
             child.ready = True
             self._command(child, Start())
-        elif isinstance(message, Started):
-            child.started = True
-            child.last_heartbeat = time.monotonic()
-        elif isinstance(message, Heartbeat):
-            child.last_heartbeat = now = time.monotonic()
-            child.progress = message.progress
-            child.activity = dict(message.activity)
-            for actor, counts in message.advances.items():
-                for kind, count in counts.items():
-                    seen = self._advanced.get((actor, kind))
-                    if seen is None or seen[0] != count:  # a restarted actor counts anew
-                        self._advanced[(actor, kind)] = (count, now, child.name)
         elif isinstance(message, ActorFailed):
             self._warn.warning(f"failed:{message.actor}:{message.where}", "%s.%s raised: %s",
                                message.actor, message.where, message.error)
-            if message.where == "on_stop":
-                child.lost_at_stop = True
-                self.lost.append(f"{message.actor}.on_stop raised {message.error}")
+            lost = failure_lost_at_stop(child, message)
+            if lost:
+                self.lost.append(lost)
         elif isinstance(message, StopRequested):
             self._finish(ExitCode.FINISHED,
                          f"{message.actor} asked to stop" + (f": {message.reason}"
                                                              if message.reason else ""))
+        else:
+            apply_report(child, message, time.monotonic(), self._advanced)
 
-    def _command(self, child: _Child, message: Control) -> None:
+    def _command(self, child: Child, message: Control) -> None:
         if child.control is not None:
             frame = encode_data(SUPERVISOR_SENDER, [(CONTROL_EDGE, message)])
             try:
@@ -418,21 +371,20 @@ class Supervisor:
     # ----- stopping --------------------------------------------------------------------------
 
     async def _stop_all(self) -> None:
-        running = [c for c in self.children.values()
-                   if c.proc is not None and c.proc.returncode is None]
+        running = [c for c in self.children.values() if c.alive]
         for child in running:
             self._command(child, Stop())
         waiters = [c.waiter for c in running if c.waiter is not None]
         if waiters:
             _, pending = await asyncio.wait(waiters, timeout=self.settings.stop_timeout_s)
-            killed = [c for c in running if c.proc is not None and c.proc.returncode is None]
+            killed = [c for c in running if c.alive]
             for child in killed:
                 what = (f"process {child.name} did not stop within "
                         f"{self.settings.stop_timeout_s:g} s and was killed"
-                        f"{_last_activity(child)}")
+                        f"{child.last_activity()}")
                 log.error("%s", what)
                 self.lost.append(what)
-                _kill_group(child.proc.pid)
+                child.kill()
             if pending:
                 await asyncio.wait(pending, timeout=5.0)
             await asyncio.sleep(0.05)  # what they said before exiting reaches the receiver
@@ -440,33 +392,3 @@ class Supervisor:
                 code = child.proc.returncode if child.proc is not None else None
                 if child not in killed and code and not child.lost_at_stop:
                     self.lost.append(f"process {child.name} exited with code {code} at stop")
-
-
-def _is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or a name) is this machine's loopback only."""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a name
-        return host == "localhost"
-
-
-def _last_activity(child: _Child) -> str:
-    """``; last activity: ACTOR 'WHAT'`` for the process's most recently active actor."""
-    last = max(child.activity.items(), key=lambda kv: -kv[1][0], default=None)
-    return f"; last activity: {last[0]} {last[1][1]!r}" if last else ""
-
-
-def _kill_group(pid: int) -> None:
-    """SIGKILL the process group led by ``pid``: a child and whatever it started."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def snapshot_document(topology: Topology) -> dict:
-    """The merged document a run's processes reload (extends and ``--set`` already applied)."""
-    return msgspec.to_builtins(topology.document)
-
-
-def _restarts() -> Any:
-    """The supervisor's counter of process restarts, by process."""
-    return metrics.counter("sfbus_supervisor_restarts_total", "Process restarts", ("process",))
