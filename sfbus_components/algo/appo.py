@@ -31,7 +31,8 @@ def appo_loss(
     cfg: AppoConfig,
     returns_normalizer: ReturnsNormalizer | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Total APPO loss and detached 0-dim stats for one minibatch of `B` trajectories.
+    """Total APPO loss and its figures for one minibatch of `B` trajectories: detached 0-dim
+    tensors under `TrainingStats` names, and `policy_lag_mean` / `_max` where versions are given.
 
     Batch layout (time is axis 1; `T` = the obs' time length - 1):
 
@@ -115,7 +116,8 @@ def appo_loss(
     behaviour = ActionDistribution.from_params(step["action_params"].float(), model.action_heads,
                                                model.action_dim)
     with torch.set_grad_enabled(cfg.kl_loss_coeff > 0):  # only a figure without the penalty
-        kl_old = masked_mean(dist.kl(behaviour), valids)
+        kl_steps = dist.kl(behaviour)
+        kl_old = masked_mean(kl_steps, valids)
     # total: L = L_pi + c_v L_V + c_H L_H (+ c_KL KL)
     loss = loss_pi + cfg.value_loss_coeff * loss_v + cfg.entropy_coeff * loss_explore
     if cfg.kl_loss_coeff > 0:
@@ -125,6 +127,10 @@ def appo_loss(
         log_ratio = log_prob_new.detach() - log_prob_old
         ratio = torch.exp(log_ratio)
         low, high = cfg.clip_range
+        value_delta = (values.detach() - step["values"].float()).abs()
+        # The figures, under TrainingStats' names (sfbus_components.datapath.messages); the
+        # learner averages each over a batch's minibatches (*_min, *_max: their min, max).
+        # The maxima of non-negative figures as masked products: 0 without a valid step.
         stats = {
             "loss": loss.detach(),
             "policy_loss": loss_pi.detach(),
@@ -132,14 +138,18 @@ def appo_loss(
             "exploration_loss": loss_explore.detach(),
             "entropy": masked_mean(entropy.detach(), valids),
             "kl": kl_old.detach(),
+            "kl_max": (kl_steps.detach() * valids).max(),
             "clip_fraction": masked_mean(((ratio < low) | (ratio > high)).float(), valids),
             "ratio_mean": masked_mean(ratio, valids),
+            "ratio_deviation": masked_mean((1.0 - ratio).abs(), valids),
             # 0 without a valid step, as the masked means
             "ratio_min": ratio[valids].min() if bool(valids.any()) else torch.zeros(()),
             "ratio_max": ratio[valids].max() if bool(valids.any()) else torch.zeros(()),
             "adv_mean": adv_mean,
             "adv_std": adv_std,
             "value_mean": masked_mean(values.detach(), valids),
+            "value_delta": masked_mean(value_delta, valids),
+            "value_delta_max": (value_delta * valids).max(),
             "target_mean": masked_mean(targets, valids),
             "valid_fraction": valids.float().mean(),
         }

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import math
+from math import nan
+from typing import Annotated, get_origin, get_type_hints
 
 from sfbus import Message
 
@@ -105,65 +106,108 @@ class RolloutProgress(Message, frozen=True):
     """The same frames by the policy that acted (index = policy id); empty for one policy."""
 
 
+class Figure:
+    """What a float field of :class:`TrainingStats` is: its TensorBoard tag (Sample Factory's
+    where it has one, so its saved views work) and one line saying what it measures."""
+
+    __slots__ = ("doc", "tag")
+
+    def __init__(self, tag: str, doc: str) -> None:
+        self.tag = tag
+        self.doc = doc
+
+
 class TrainingStats(Message, frozen=True):
-    """One training step of the learner of ``policy``: losses and health figures (every float
-    field is one of :data:`TRAINING_FIGURES`, written to TensorBoard and Prometheus)."""
+    """One training step of the learner of ``policy``: its counters, then its figures.
+
+    Every float field is a training figure, declared here once with its :class:`Figure`: the
+    loss and the learner return them under these names, and every sink (the status line and
+    ``progress.jsonl``, TensorBoard and W&B, Prometheus's ``sfbus_learner_<name>``) iterates
+    over :data:`TRAINING_FIGURES`. NaN: not measured this step (every minibatch skipped, or no
+    GPU for the GPU's memory)."""
 
     policy: int
     version: int
     samples: int
     env_frames: int
-    policy_loss: float
-    value_loss: float
-    entropy: float
-    kl: float
-    grad_norm: float
-    lr: float
-    lag_mean: float
-    lag_max: float
-    clip_fraction: float
-    train_seconds: float
-    exploration_loss: float = math.nan
-    ratio_mean: float = math.nan
-    ratio_min: float = math.nan
-    ratio_max: float = math.nan
-    adv_mean: float = math.nan
-    adv_std: float = math.nan
-    value_mean: float = math.nan
-    target_mean: float = math.nan
-    valid_fraction: float = math.nan
-    lag_min: float = math.nan
-    lag_p50: float = math.nan
-    lag_p90: float = math.nan
-    learner_fps: float = math.nan
+    loss: Annotated[float, Figure("train/loss", "the minimized loss: policy + weighted value, "
+                                  "exploration and KL terms, mean over the minibatches")] = nan
+    policy_loss: Annotated[float, Figure(
+        "train/policy_loss", "PPO's clipped surrogate loss, mean over the minibatches")] = nan
+    value_loss: Annotated[float, Figure(
+        "train/value_loss", "critic loss (before value_loss_coeff)")] = nan
+    exploration_loss: Annotated[float, Figure(
+        "train/exploration_loss",
+        "entropy or symmetric-KL exploration loss (before its coefficient)")] = nan
+    entropy: Annotated[float, Figure("train/entropy", "policy entropy over valid steps")] = nan
+    kl: Annotated[float, Figure(
+        "train/kl_divergence", "KL(current || behaviour) over valid steps, before each step "
+        "(the adaptive learning-rate schedules read it; kl_loss_coeff weights it as a "
+        "penalty)")] = nan
+    kl_max: Annotated[float, Figure(
+        "train/kl_divergence_max", "largest per-step KL(current || behaviour)")] = nan
+    clip_fraction: Annotated[float, Figure(
+        "train/fraction_clipped",
+        "share of valid steps whose ratio lies outside the clipping range")] = nan
+    ratio_deviation: Annotated[float, Figure(
+        "train/ratio_mean", "mean |1 - pi / mu| over valid steps")] = nan
+    ratio_mean: Annotated[float, Figure(
+        "train/ratio_avg", "mean importance ratio pi / mu over valid steps")] = nan
+    ratio_min: Annotated[float, Figure(
+        "train/ratio_min", "smallest importance ratio of the batch")] = nan
+    ratio_max: Annotated[float, Figure(
+        "train/ratio_max", "largest importance ratio of the batch")] = nan
+    adv_mean: Annotated[float, Figure(
+        "train/adv_mean", "mean advantage (before normalisation)")] = nan
+    adv_std: Annotated[float, Figure(
+        "train/adv_std", "advantage standard deviation (before normalisation)")] = nan
+    value_mean: Annotated[float, Figure(
+        "train/value", "mean value prediction (normalised-return space)")] = nan
+    value_delta: Annotated[float, Figure(
+        "train/value_delta", "mean |value - behaviour-time value| over valid steps")] = nan
+    value_delta_max: Annotated[float, Figure(
+        "train/value_delta_max", "largest |value - behaviour-time value|")] = nan
+    target_mean: Annotated[float, Figure(
+        "train/target_mean", "mean value target (V-trace or GAE, return space)")] = nan
+    valid_fraction: Annotated[float, Figure(
+        "train/valids_fraction", "share of the batch's steps trained on (the rest lag too "
+        "much or belong to another policy)")] = nan
+    lag_mean: Annotated[float, Figure(
+        "train/version_diff_avg",
+        "mean policy lag (versions) of the policy's steps in the batch")] = nan
+    lag_min: Annotated[float, Figure(
+        "train/version_diff_min", "smallest policy lag of those steps")] = nan
+    lag_p50: Annotated[float, Figure(
+        "train/version_diff_p50", "their median policy lag")] = nan
+    lag_p90: Annotated[float, Figure(
+        "train/version_diff_p90", "their 90th-percentile policy lag")] = nan
+    lag_max: Annotated[float, Figure(
+        "train/version_diff_max",
+        "their largest policy lag (above max_policy_lag: not trained on)")] = nan
+    grad_norm: Annotated[float, Figure("train/grad_norm", "gradient norm before clipping")] = nan
+    lr: Annotated[float, Figure("train/lr", "learning rate after the batch")] = nan
+    obs_running_mean: Annotated[float, Figure(
+        "train/obs_running_mean", "the observation statistics' running mean, averaged over "
+        "the normalized fields' elements")] = nan
+    obs_running_std: Annotated[float, Figure(
+        "train/obs_running_std", "their running standard deviation, averaged likewise")] = nan
+    returns_running_mean: Annotated[float, Figure(
+        "train/returns_running_mean", "the returns statistics' running mean "
+        "(normalize_returns)")] = nan
+    returns_running_std: Annotated[float, Figure(
+        "train/returns_running_std", "their running standard deviation")] = nan
+    train_seconds: Annotated[float, Figure(
+        "perf/train_seconds", "seconds the batch took to train")] = nan
+    learner_fps: Annotated[float, Figure(
+        "perf/learner_fps", "env frames trained on per second of training")] = nan
+    memory_mb: Annotated[float, Figure(
+        "stats/memory_learner", "the learner process's resident memory, MB")] = nan
+    gpu_memory_mb: Annotated[float, Figure(
+        "stats/gpu_mem_learner", "GPU memory the learner's tensors hold, MB")] = nan
 
 
-TRAINING_FIGURES: dict[str, str] = {
-    "policy_loss": "PPO's clipped surrogate loss, mean over the batch's minibatches",
-    "value_loss": "critic loss (before value_loss_coeff)",
-    "exploration_loss": "entropy or symmetric-KL exploration loss (before its coefficient)",
-    "entropy": "policy entropy over valid steps",
-    "kl": "KL(current || behaviour) over valid steps, before each step (the adaptive "
-          "learning-rate schedules read it; kl_loss_coeff weights it as a penalty)",
-    "clip_fraction": "share of valid steps whose ratio lies outside the clipping range",
-    "ratio_mean": "mean importance ratio pi / mu over valid steps",
-    "ratio_min": "smallest importance ratio of the batch",
-    "ratio_max": "largest importance ratio of the batch",
-    "adv_mean": "mean advantage (before normalisation)",
-    "adv_std": "advantage standard deviation (before normalisation)",
-    "value_mean": "mean value prediction (normalised-return space)",
-    "target_mean": "mean value target (V-trace or GAE, return space)",
-    "valid_fraction": "share of the batch's steps trained on (the rest lag too much or belong "
-                      "to another policy)",
-    "lag_mean": "mean policy lag (versions) of the policy's steps in the batch",
-    "lag_min": "smallest policy lag of those steps",
-    "lag_p50": "their median policy lag",
-    "lag_p90": "their 90th-percentile policy lag",
-    "lag_max": "their largest policy lag (above max_policy_lag: not trained on)",
-    "grad_norm": "gradient norm before clipping",
-    "lr": "learning rate after the batch",
-    "train_seconds": "seconds the batch took to train",
-    "learner_fps": "env frames trained on per second of training",
-}
-"""The learner's figures of a training step, by name (TensorBoard ``policy_<id>/<name>``,
-Prometheus ``sfbus_learner_<name>``), with what each is."""
+TRAINING_FIGURES: dict[str, Figure] = {
+    name: hint.__metadata__[0]
+    for name, hint in get_type_hints(TrainingStats, include_extras=True).items()
+    if get_origin(hint) is Annotated}
+"""The training figures by field name, in declaration order: what every sink iterates over."""

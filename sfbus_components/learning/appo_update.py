@@ -12,30 +12,25 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from sfbus_components.algo import appo_loss, gae_targets
 from sfbus_components.algo.lr_schedule import LrSchedule
+from sfbus_components.datapath.messages import TRAINING_FIGURES
 from sfbus_components.envs import EnvSpec
 from sfbus_components.learning.distributed import Peers
 from sfbus_components.learning.faults import NumericsGuard
 from sfbus_components.learning.training_state import TrainingState
+from sfbus_components.monitoring.memory import gpu_memory_mb, process_memory_mb
 from sfbus_components.pbt.member import PopulationMember
 
 if TYPE_CHECKING:
     from sfbus_components.learning.learner import Learner
 
 Batch = dict[str, Any]
-LOSS_FIGURES = {"policy_loss": "policy_loss", "value_loss": "value_loss",
-                "exploration_loss": "exploration_loss", "entropy": "entropy", "kl": "kl",
-                "clip_fraction": "clip_fraction", "ratio_mean": "ratio_mean",
-                "ratio_min": "ratio_min", "ratio_max": "ratio_max", "adv_mean": "adv_mean",
-                "adv_std": "adv_std", "value_mean": "value_mean", "target_mean": "target_mean"}
-"""appo_loss's figures of each minibatch, by their ``TrainingStats`` names; a batch reports
-their mean over its minibatches (the smallest and largest ratio: min and max)."""
-_BATCH_REDUCE = {"ratio_min": min, "ratio_max": max}
 _IMAGE_STAT_STRIDE = 8
 
 
@@ -121,9 +116,12 @@ class AppoUpdate:
         t.env_frames += samples * self.frameskip
         if peers is not None:
             peers.record_batch(t.version, samples, cfg.num_epochs)
+        # appo_loss's figures of each minibatch: a batch reports their mean (*_min, *_max:
+        # their smallest, largest); NaN where every step was skipped
         result: dict[str, Any] = {
-            k: _BATCH_REDUCE.get(k, _mean)([f[k] for f in figures]) if figures else math.nan
-            for k in LOSS_FIGURES}
+            k: _reduce(k)([f[k] for f in figures]) for k in (figures[0] if figures else ())}
+        result.update(self._running_figures(params), memory_mb=process_memory_mb(),
+                      gpu_memory_mb=gpu_memory_mb(t.device))
         own_lags = lag[valids]  # the steps of this policy, those lagging too much included
         low, median, p90 = (own_lags.quantile(torch.tensor([0.0, 0.5, 0.9], device=lag.device))
                             .tolist() if own_lags.numel() else [math.nan] * 3)
@@ -154,7 +152,9 @@ class AppoUpdate:
             if rn is not None:
                 rn.load_state_dict(saved)
             return None, None
-        figures = {name: float(stats[key]) for name, key in LOSS_FIGURES.items()}
+        names = [name for name in stats if name in TRAINING_FIGURES]
+        figures = dict(zip(names, torch.stack([stats[n].float() for n in names]).tolist(),
+                           strict=True))  # one device sync for all of them
         grad_norm = torch.nn.utils.clip_grad_norm_(
             t.policy.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)
         if not torch.isfinite(grad_norm):
@@ -164,6 +164,26 @@ class AppoUpdate:
             return figures, None
         t.optimizer.step()
         return figures, float(grad_norm)
+
+    def _running_figures(self, params: Learner.Params) -> dict[str, float]:
+        """The observation and returns statistics (where kept), each averaged over its
+        elements, as Sample Factory's ``obs_running_mean`` and the like report them."""
+        t, parts = self.training, {}
+        stats = list(t.policy.obs_normalizer.stats.values()) if params.model.normalize_input else []
+        if stats:
+            parts["obs_running_mean"] = torch.cat([s.mean.flatten() for s in stats]).mean()
+            parts["obs_running_std"] = torch.cat([s.var.flatten() for s in stats]).sqrt().mean()
+        if t.returns_normalizer is not None:
+            parts["returns_running_mean"] = t.returns_normalizer.mean.mean()
+            parts["returns_running_std"] = t.returns_normalizer.var.sqrt().mean()
+        values = torch.stack(list(parts.values())).tolist() if parts else []
+        return dict(zip(parts, values, strict=True))
+
+
+def _reduce(name: str) -> Callable[[list[float]], float]:
+    """How a figure of every minibatch makes the batch's: the smallest of ``*_min``, the
+    largest of ``*_max``, the mean of the others."""
+    return min if name.endswith("_min") else max if name.endswith("_max") else _mean
 
 
 def _select(data: Batch, index: torch.Tensor) -> Batch:

@@ -56,7 +56,7 @@ from sfbus_components.datapath.record import DataPath
 from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.datapath.slot_stages import LearnerSlots
 from sfbus_components.envs import env_spec
-from sfbus_components.learning.appo_update import LOSS_FIGURES, AppoUpdate, Batch
+from sfbus_components.learning.appo_update import AppoUpdate, Batch
 from sfbus_components.learning.batch_copy import BatchCopy
 from sfbus_components.learning.checkpoint import CheckpointError, config_fingerprint, load_newest
 from sfbus_components.learning.checkpoint_schedule import Kind, LearnerCheckpoints
@@ -195,8 +195,8 @@ class Learner(Actor):
                                                 "periodic checkpoints that could not be written")
         self._m_lag = m.histogram("policy_lag", "mean policy lag of each trained trajectory",
                                   _LAG_BUCKETS)
-        self._m_gauges = {key: m.gauge(key, f"{doc}, last batch")
-                          for key, doc in TRAINING_FIGURES.items()}
+        self._m_gauges = {key: m.gauge(key, f"{figure.doc}, last batch")
+                          for key, figure in TRAINING_FIGURES.items()}
         self._m_gauges["version"] = m.gauge("version", "published weights version")
 
     @classmethod
@@ -365,9 +365,7 @@ class Learner(Actor):
             env_frames=self.training.env_frames,
             lr=self.training.lr,
             learner_fps=r["samples"] * self.spec.frameskip / max(r["train_seconds"], 1e-9),
-            **{k: r[k] for k in (*LOSS_FIGURES, "samples", "grad_norm", "valid_fraction",
-                                 "lag_mean", "lag_min", "lag_p50", "lag_p90", "lag_max",
-                                 "train_seconds")})
+            samples=r["samples"], **{k: r[k] for k in TRAINING_FIGURES if k in r})
         for key in TRAINING_FIGURES:
             self._m_gauges[key].set(getattr(stats, key))
         self.training_stats.emit(stats)
