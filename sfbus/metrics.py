@@ -158,3 +158,11 @@ class ActorMetrics:
         """A histogram child ``sfbus_<component>_<quantity>{actor=...}``."""
         return histogram(f"sfbus_{self.component}_{quantity}", doc, ("actor",), buckets).labels(
             self.actor)
+
+    def counter_family(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
+        """A run-wide counter ``name`` with the labels the actor fills (not bound to it)."""
+        return counter(name, doc, labels)
+
+    def gauge_family(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
+        """A run-wide gauge ``name`` with the labels the actor fills (not bound to it)."""
+        return gauge(name, doc, labels)

@@ -33,7 +33,19 @@ def test_roles_stay_apart(role: str) -> None:
     assert not crossings, f"sfbus_components/{role} imports what it must not: {crossings}"
 
 
+def names_from_the_kernel(path: Path) -> set[str]:
+    """What ``path`` takes with ``from sfbus import ...`` (a submodule would be among them)."""
+    return {alias.name for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.module == "sfbus" and node.level == 0
+            for alias in node.names}
+
+
 def test_components_use_only_the_kernels_public_api() -> None:
-    private = [(str(m.relative_to(COMPONENTS)), name) for m in sorted(COMPONENTS.rglob("*.py"))
+    import sfbus
+
+    modules = sorted(COMPONENTS.rglob("*.py"))
+    private = [(str(m.relative_to(COMPONENTS)), name) for m in modules
                for name in imported_modules(m) if name.startswith("sfbus.")]
-    assert not private, f"kernel modules imported past sfbus/__init__.py: {private}"
+    private += [(str(m.relative_to(COMPONENTS)), f"sfbus.{name}") for m in modules
+                for name in names_from_the_kernel(m) if name not in sfbus.__all__]
+    assert not private, f"kernel modules or names imported past sfbus.__all__: {private}"

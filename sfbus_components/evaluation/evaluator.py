@@ -54,7 +54,6 @@ import numpy as np
 import torch
 
 from sfbus import Actor, Interval, Topology, import_actor_class
-from sfbus import metrics as prom
 from sfbus_components.datapath.buffers import PolicyWeights, flat_size
 from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.envs import EnvError, make_env
@@ -197,19 +196,19 @@ class Evaluator(Actor):
         return PolicyWeights(self.context, policy)
 
     def _declare_metrics(self) -> None:
-        labels = ("actor", "policy")
-        self.m_reward = prom.gauge("sfbus_evaluator_episode_reward",
-                                   "Mean return of the last evaluation", labels)
-        self.m_reward_std = prom.gauge("sfbus_evaluator_episode_reward_std",
-                                       "Standard deviation of the returns of the last evaluation",
-                                       labels)
-        self.m_length = prom.gauge("sfbus_evaluator_episode_length",
-                                   "Mean episode length (env steps) of the last evaluation",
-                                   labels)
-        self.m_version = prom.gauge("sfbus_evaluator_policy_version",
-                                    "Weights version of the last evaluation", labels)
-        self.m_evaluations = prom.counter("sfbus_evaluator_evaluations_total",
-                                          "Evaluations finished", labels)
+        labels, family = ("actor", "policy"), self.metrics
+        self.m_reward = family.gauge_family("sfbus_evaluator_episode_reward",
+                                            "Mean return of the last evaluation", labels)
+        self.m_reward_std = family.gauge_family(
+            "sfbus_evaluator_episode_reward_std",
+            "Standard deviation of the returns of the last evaluation", labels)
+        self.m_length = family.gauge_family(
+            "sfbus_evaluator_episode_length",
+            "Mean episode length (env steps) of the last evaluation", labels)
+        self.m_version = family.gauge_family("sfbus_evaluator_policy_version",
+                                             "Weights version of the last evaluation", labels)
+        self.m_evaluations = family.counter_family("sfbus_evaluator_evaluations_total",
+                                                   "Evaluations finished", labels)
 
     async def _rounds(self) -> None:
         """Start a round now and every ``interval_s`` seconds; a late round starts the next at

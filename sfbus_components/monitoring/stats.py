@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sfbus import Actor, ArraySpec, Interval, RateLimitedLog, RunRecords, Topology, slot
-from sfbus import metrics as prom
 from sfbus_components.datapath.messages import EpisodeFinished, RolloutProgress, TrainingStats
 from sfbus_components.monitoring.status import progress_bar, status_line
 
@@ -77,20 +76,24 @@ class Stats(Actor):
         self.policies: dict[int, _PolicyStats] = {}
         # (time, frames per policy) at each report, for each policy's frame rate and share
         self.policy_history: deque[tuple[float, dict[int, int]]] = deque()
-        self._frames_metric = prom.counter("sfbus_runner_env_frames_total",
-                                           "Environment frames collected", ())
-        self._fps_metric = prom.gauge("sfbus_runner_fps", "Env frames per second", ("window",))
-        self._reward_metric = prom.gauge("sfbus_runner_episode_reward",
-                                         "Mean episode return (moving average)", ("policy",))
-        self._true_reward_metric = prom.gauge(
+        family = self.metrics
+        self._frames_metric = family.counter_family("sfbus_runner_env_frames_total",
+                                                    "Environment frames collected")
+        self._fps_metric = family.gauge_family("sfbus_runner_fps", "Env frames per second",
+                                               ("window",))
+        self._reward_metric = family.gauge_family("sfbus_runner_episode_reward",
+                                                  "Mean episode return (moving average)",
+                                                  ("policy",))
+        self._true_reward_metric = family.gauge_family(
             "sfbus_runner_episode_true_reward", "Mean episode true objective, the env's unshaped "
             "score where it reports one (moving average)", ("policy",))
-        self._length_metric = prom.gauge("sfbus_runner_episode_length",
-                                         "Mean episode length in env steps", ("policy",))
-        self._episodes_metric = prom.counter("sfbus_runner_episodes_total", "Finished episodes",
-                                             ("policy",))
-        self._policy_fps_metric = prom.gauge("sfbus_runner_policy_fps", "Env frames per second "
-                                             "collected by a policy's agents (10 s)", ("policy",))
+        self._length_metric = family.gauge_family("sfbus_runner_episode_length",
+                                                  "Mean episode length in env steps", ("policy",))
+        self._episodes_metric = family.counter_family("sfbus_runner_episodes_total",
+                                                      "Finished episodes", ("policy",))
+        self._policy_fps_metric = family.gauge_family(
+            "sfbus_runner_policy_fps", "Env frames per second collected by a policy's agents "
+            "(10 s)", ("policy",))
         self.live = self.params.live == "on" or (self.params.live == "auto"
                                                  and sys.stderr.isatty())
         self.every(self.params.report_every_s, self.report)

@@ -25,7 +25,6 @@ from typing import Any, Literal
 import numpy as np
 
 from sfbus import Actor, Seconds, Signal, Topology, import_actor_class, slot
-from sfbus import metrics as prom
 from sfbus_components.algo import AppoConfig
 from sfbus_components.datapath.messages import EpisodeFinished, TrainingStats
 from sfbus_components.datapath.settings import DataPathParams
@@ -118,16 +117,20 @@ class PopulationTrainer(Actor):
             self.exchanges, self.mutations = int(state["exchanges"]), int(state["mutations"])
             self.log.info("%s: resumed from %s (%d updates)", self.name, latest,
                           self.population.updates)
-        self._m_hyper = prom.gauge("sfbus_pbt_hyperparameter", "Current PBT-managed "
-                                   "hyperparameters", ("policy", "param"))
-        self._m_objective = prom.gauge("sfbus_pbt_objective", "PBT objective (mean recent "
-                                       "return)", ("policy",))
-        self._m_mutations = prom.counter("sfbus_pbt_mutations_total", "Hyperparameters mutated",
-                                         ("policy",))
-        self._m_exchanges = prom.counter("sfbus_pbt_exchanges_total", "Weight exchanges "
-                                         "started, by target policy", ("policy",))
-        self._m_matches = prom.counter("sfbus_selfplay_matches_total", "1v1 matches won, by "
-                                       "winner and loser policy", ("winner", "loser"))
+        family = self.metrics
+        self._m_hyper = family.gauge_family("sfbus_pbt_hyperparameter",
+                                            "Current PBT-managed hyperparameters",
+                                            ("policy", "param"))
+        self._m_objective = family.gauge_family("sfbus_pbt_objective",
+                                                "PBT objective (mean recent return)", ("policy",))
+        self._m_mutations = family.counter_family("sfbus_pbt_mutations_total",
+                                                  "Hyperparameters mutated", ("policy",))
+        self._m_exchanges = family.counter_family("sfbus_pbt_exchanges_total",
+                                                  "Weight exchanges started, by target policy",
+                                                  ("policy",))
+        self._m_matches = family.counter_family("sfbus_selfplay_matches_total",
+                                                "1v1 matches won, by winner and loser policy",
+                                                ("winner", "loser"))
         for policy in range(p.num_policies):
             self._announce(policy)
         if p.announce_every_s > 0:
