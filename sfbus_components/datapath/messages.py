@@ -95,6 +95,10 @@ class EpisodeFinished(Message, frozen=True):
     match, the env reports no ``episode_win``)."""
     opponent: int = -1
     """The policy of the other agent of a 1v1 match (-1: none reported)."""
+    extra_stats: tuple[tuple[str, float], ...] = ()
+    """The numbers the env reported for the episode in ``info["episode_extra_stats"]`` (name,
+    value), as in Sample Factory; checked and bounded where the episode ends
+    (:func:`sfbus_components.sampling.extra_stats.episode_extra_stats`)."""
 
 
 class RolloutProgress(Message, frozen=True):

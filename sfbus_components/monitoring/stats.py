@@ -11,13 +11,19 @@ import math
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from sfbus import Actor, ArraySpec, Interval, RateLimitedLog, RunRecords, Topology, slot
-from sfbus_components.datapath.messages import EpisodeFinished, RolloutProgress, TrainingStats
+from sfbus_components.datapath.messages import (
+    TRAINING_FIGURES,
+    EpisodeFinished,
+    RolloutProgress,
+    TrainingStats,
+)
 from sfbus_components.monitoring.status import progress_bar, status_line
+from sfbus_components.sampling.extra_stats import MAX_EXTRA_STATS
 
 # Windows for the frame rate, in seconds (the paper and Sample Factory report 10 s and 60 s).
 _FPS_WINDOWS = (10.0, 60.0)
@@ -30,6 +36,8 @@ class _PolicyStats:
     true_returns: deque[float]
     """The game scores of episodes whose env reports one apart from the reward trained on
     (VizDoom's unshaped score, Atari's raw score)."""
+    extra: dict[str, deque[float]] = field(default_factory=dict)
+    """The envs' ``episode_extra_stats`` by name, over the same episodes as the returns."""
     episodes: int = 0
     last: TrainingStats | None = None
     frames: int = 0
@@ -53,6 +61,9 @@ class Stats(Actor):
         live: Literal["auto", "on", "off"] = "auto"
         """Redraw one status line in place each second (``auto``: when stderr is a terminal);
         otherwise log a plain line each report."""
+        show_stats: tuple[str, ...] = ()
+        """Names of the envs' ``episode_extra_stats`` shown in the status line too (every one
+        is in ``progress.jsonl``, TensorBoard and the metrics)."""
 
     @classmethod
     def shared_arrays(cls, name: str, params: Any, topology: Topology,
@@ -89,6 +100,9 @@ class Stats(Actor):
             "score where it reports one (moving average)", ("policy",))
         self._length_metric = family.gauge_family("sfbus_runner_episode_length",
                                                   "Mean episode length in env steps", ("policy",))
+        self._extra_metric = family.gauge_family(
+            "sfbus_runner_episode_stat", "Mean of a number the env reports at an episode's end "
+            "(episode_extra_stats; moving average)", ("policy", "name"))
         self._episodes_metric = family.counter_family("sfbus_runner_episodes_total",
                                                       "Finished episodes", ("policy",))
         self._policy_fps_metric = family.gauge_family(
@@ -118,7 +132,8 @@ class Stats(Actor):
         bar = progress_bar(limits, self.frames, now - self.started,
                            rates["60s"]) if limits is not None else ""
         policies = {str(p): self._policy_record(p, s) for p, s in sorted(self.policies.items())}
-        sys.stderr.write("\r\x1b[2K" + status_line(self.frames, rates, policies, bar))
+        sys.stderr.write("\r\x1b[2K" + status_line(self.frames, rates, policies, bar,
+                                                     self.params.show_stats))
         sys.stderr.flush()
 
     def _policy(self, policy: int) -> _PolicyStats:
@@ -139,6 +154,16 @@ class Stats(Actor):
             stats.true_returns.append(msg.true_return)
         stats.episodes += 1
         self._episodes_metric.labels(str(msg.policy)).inc()
+        for name, value in msg.extra_stats:
+            values = stats.extra.get(name)
+            if values is None:
+                if len(stats.extra) == MAX_EXTRA_STATS:  # bounds the metrics' label values
+                    self._warn.warning("extra", "%s: policy %d's envs reported more than %d "
+                                       "names of episode_extra_stats: %r and later ones are "
+                                       "dropped", self.name, msg.policy, MAX_EXTRA_STATS, name)
+                    continue
+                values = stats.extra[name] = deque(maxlen=self.params.average_episodes)
+            values.append(value)
 
     @slot
     def on_rollout_progress(self, msg: RolloutProgress) -> None:
@@ -186,6 +211,8 @@ class Stats(Actor):
                 true = f" true {entry['true_reward']:.2f}" if "true_reward" in entry else ""
                 parts.append(f"p{policy} reward {entry['reward']:.2f}{true} "
                              f"len {entry['length']:.0f}")
+            parts += [f"{name} {entry['extra_stats'][name]:.2f}" for name in self.params.show_stats
+                      if name in entry.get("extra_stats", {})]
             if stats.fps is not None:
                 name = "" if "reward" in entry else f"p{policy} "
                 parts.append(f"{name}fps {stats.fps:,.0f} ({stats.share:.0%})")
@@ -219,8 +246,8 @@ class Stats(Actor):
             stats.fps, stats.share = rate, rate / total if total > 0 else 0.0
             self._policy_fps_metric.labels(str(policy)).set(rate)
 
-    def _policy_record(self, policy: int, stats: _PolicyStats) -> dict[str, float]:
-        entry: dict[str, float] = {"episodes": stats.episodes}
+    def _policy_record(self, policy: int, stats: _PolicyStats) -> dict[str, Any]:
+        entry: dict[str, Any] = {"episodes": stats.episodes}
         if stats.returns:
             entry["reward"] = sum(stats.returns) / len(stats.returns)
             entry["length"] = sum(stats.lengths) / len(stats.lengths)
@@ -229,14 +256,19 @@ class Stats(Actor):
         if stats.true_returns:
             entry["true_reward"] = sum(stats.true_returns) / len(stats.true_returns)
             self._true_reward_metric.labels(str(policy)).set(entry["true_reward"])
+        if stats.extra:
+            entry["extra_stats"] = {name: sum(v) / len(v) for name, v in stats.extra.items()}
+            for name, mean in entry["extra_stats"].items():
+                self._extra_metric.labels(str(policy), name).set(mean)
         if stats.fps is not None:
             entry.update(fps=round(stats.fps, 1), fps_share=round(stats.share, 4))
         if stats.last is not None:
             last = stats.last
             # trained_frames: the env frames the learner has trained on (Sample Factory's count);
             # the record's env_frames counts them when sampled, up to a few batches earlier.
+            # every training figure measured at the last step (``lag``: the mean, as plotted)
             entry.update(version=last.version, trained_frames=last.env_frames,
                          lag=last.lag_mean, samples=last.samples,
-                         policy_loss=last.policy_loss, value_loss=last.value_loss,
-                         entropy=last.entropy, kl=last.kl, grad_norm=last.grad_norm)
+                         **{name: value for name in TRAINING_FIGURES
+                            if not math.isnan(value := getattr(last, name))})
         return entry

@@ -48,8 +48,9 @@ def progress_bar(limits: RunLimits, frames: int, elapsed: float, fps: float) -> 
 
 
 def status_line(frames: int, fps: Mapping[str, float], policies: Mapping[str, Mapping],
-                bar: str = "") -> str:
-    """The compact status: progress, frame rates, then per policy reward, lag and version."""
+                bar: str = "", show_stats: tuple[str, ...] = ()) -> str:
+    """The compact status: progress, frame rates, then per policy reward, the env's extra
+    stats named in ``show_stats``, lag and version."""
     parts = [bar] if bar else [f"{human(frames)} frames"]
     parts.append("fps " + " ".join(f"{human(v)} ({k})" for k, v in fps.items()))
     for policy, entry in policies.items():
@@ -58,6 +59,8 @@ def status_line(frames: int, fps: Mapping[str, float], policies: Mapping[str, Ma
             text += f" reward {entry['reward']:.2f}"
         if "true_reward" in entry:
             text += f" true {entry['true_reward']:.2f}"
+        extra = entry.get("extra_stats", {})
+        text += "".join(f" {name} {extra[name]:.2f}" for name in show_stats if name in extra)
         if "version" in entry:
             text += f" v{entry['version']} lag {entry['lag']:.1f}"
         if "fps_share" in entry:

@@ -1,24 +1,27 @@
-"""TensorBoard event files of a run: returns, losses, policy lag and frame rate against env frames.
+"""TensorBoard event files of a run, in Sample Factory's layout and tags, against env frames.
 
-Listens to the same signals as the statistics actor (``sfbus_components.monitoring.stats``); every
-scalar's step is a count of env frames. Episode means and the frame rate are written once per
-``report_every_s`` window (a fast env finishes hundreds of episodes per second) at the frames
-collected so far: the sum of the rollout workers' progress reports, the ``env_frames`` of
-``progress.jsonl``, so they line up with ``sfbus plot``. The learner's figures are written once
-per training step at the frames that learner has trained on (its ``TrainingStats.env_frames``):
-progress reports come once a second, several training steps apart, and the learner's count is
-exact per step and continues across a resume. The two counts differ by the frames in flight, a
-batch or two. Files go to ``<run_dir>/tensorboard/`` (``tensorboard --logdir RUN_DIR``).
+One TensorBoard run per policy, ``<run_dir>/tensorboard/<policy id>/`` (Sample Factory's
+``<experiment>/.summary/<policy id>/``), under Sample Factory 2.x's tags, so that its users' saved
+views and comparisons work: ``reward/reward`` (``_min``, ``_max``), ``len/len`` (``_min``,
+``_max``), ``policy_stats/avg_true_objective`` (``_min``, ``_max``: the env's unshaped score
+where it reports one, else the reward), ``policy_stats/avg_<name>`` for each number an env
+reports in ``episode_extra_stats`` (a name holding ``/`` is its own tag), ``train/...`` and
+``stats/memory_learner`` for the learner's figures (the tag of each is declared beside it,
+:data:`sfbus_components.datapath.messages.TRAINING_FIGURES`), ``perf/_fps`` (env frames per
+second of the whole run, in policy 0's run) and ``zz_pbt/cfg_<name>`` for PBT's
+hyperparameters. The mapping from sfbus's names is in docs/FROM_SAMPLE_FACTORY.md.
+
+Listens to the same signals as the statistics actor (``sfbus_components.monitoring.stats``);
+every scalar's step is a count of env frames. Episode figures and the frame rate are written
+once per ``report_every_s`` window, over the window's episodes (a fast env finishes hundreds of
+episodes per second), at the frames collected so far: the sum of the rollout workers' progress
+reports, the ``env_frames`` of ``progress.jsonl``, so they line up with ``sfbus plot``. The
+learner's figures are written once per training step at the frames that learner has trained on
+(its ``TrainingStats.env_frames``, Sample Factory's step for them too): exact per step and
+continued across a resume. A figure that is NaN (not measured) is not written.
 
 With ``wandb.project`` set, the same scalars also go to Weights & Biases with the run's settings
-as its config (:mod:`sfbus_components.monitoring.wandb_sink`).
-
-Tags: ``policy_<id>/reward``, ``true_reward`` (the game score, where the env reports one),
-``episode_length``, every learner figure of
-:data:`sfbus_components.datapath.messages.TRAINING_FIGURES` under its name (losses, KL, ratio,
-advantage and value statistics, valid fraction, lag quantiles, gradient norm, learning rate,
-the learner's frame rate; ``lag`` for ``lag_mean``); and ``run/fps`` (env frames per second of
-the whole run, all policies).
+as its config (:mod:`sfbus_components.monitoring.wandb_sink`), as ``<policy id>/<tag>``.
 """
 
 from __future__ import annotations
@@ -40,8 +43,8 @@ from sfbus_components.datapath.messages import (
 from sfbus_components.monitoring.wandb_sink import WandbConfig, WandbSink
 from sfbus_components.pbt.messages import HyperparamsChanged
 
-# TrainingStats fields written per training step, by tag name (the mean lag keeps its old tag).
-_TRAINING_TAGS = {"lag" if name == "lag_mean" else name: name for name in TRAINING_FIGURES}
+_FPS_POLICY = 0
+"""The policy whose TensorBoard run holds the run-wide frame rate (Sample Factory's default)."""
 
 
 @dataclass
@@ -49,22 +52,48 @@ class _Episodes:
     """Episodes of one policy finished since the last write."""
 
     returns: list[float] = field(default_factory=list)
-    lengths: list[int] = field(default_factory=list)
-    true_returns: list[float] = field(default_factory=list)
-    """Game scores, for envs that report one apart from the reward trained on."""
+    lengths: list[float] = field(default_factory=list)
+    true_objectives: list[float] = field(default_factory=list)
+    """The env's unshaped score where it reports one, else the return (Sample Factory's)."""
+    extra: dict[str, list[float]] = field(default_factory=dict)
+    """The envs' ``episode_extra_stats``, by name."""
+
+    def add(self, msg: EpisodeFinished) -> None:
+        """Keep one episode's figures."""
+        self.returns.append(msg.episode_return)
+        self.lengths.append(msg.length)
+        self.true_objectives.append(msg.episode_return if math.isnan(msg.true_return)
+                                    else msg.true_return)
+        for name, value in msg.extra_stats:
+            self.extra.setdefault(name, []).append(value)
+
+    def scalars(self) -> list[tuple[str, float]]:
+        """Sample Factory's episode tags of the window, then clear it: (tag, value)."""
+        found: list[tuple[str, float]] = []
+        for tag, values in (("reward/reward", self.returns), ("len/len", self.lengths),
+                            ("policy_stats/avg_true_objective", self.true_objectives)):
+            if values:
+                found += [(tag, sum(values) / len(values)), (f"{tag}_min", min(values)),
+                          (f"{tag}_max", max(values))]
+            values.clear()
+        for name, values in self.extra.items():
+            found.append((name if "/" in name else f"policy_stats/avg_{name}",
+                          sum(values) / len(values)))
+        self.extra.clear()
+        return found
 
 
 class TensorBoardWriter(Actor):
-    """Writes the run's statistics as TensorBoard scalars."""
+    """Writes the run's statistics as TensorBoard scalars, one TensorBoard run per policy."""
 
     component = "tensorboard"
 
     @dataclass(frozen=True)
     class Params:
         report_every_s: Interval = 5.0
-        """Seconds between writes of episode means and the frame rate (and file flushes)."""
+        """Seconds between writes of episode figures and the frame rate (and file flushes)."""
         tensorboard_dir: str = ""
-        """Where the event files go; empty: ``<run_dir>/tensorboard``."""
+        """Where the policies' folders go; empty: ``<run_dir>/tensorboard``."""
         wandb: WandbConfig = field(default_factory=WandbConfig)
         """Weights & Biases logging of the same scalars (``--set wandb.project=NAME``)."""
 
@@ -72,13 +101,13 @@ class TensorBoardWriter(Actor):
         super().__init__(*args, **kwargs)
         self.frames = 0
         self.episodes: dict[int, _Episodes] = {}
-        self.writer: Any = None
-        """Where scalars go: the SummaryWriter, or a fan-out to it and W&B; None until started,
-        without a folder, and after stopping."""
+        self.writer: _Sinks | None = None
+        """Where scalars go; None until started, without a folder, and after stopping."""
         self._last = (time.monotonic(), 0)
 
     async def on_start(self) -> None:
-        """Open the event file and start the write timer (nothing is written without a dir)."""
+        """Start the write timer (nothing is written without a dir); event files open with
+        each policy's first scalar."""
         self._last = (time.monotonic(), self.frames)
         folder = self.params.tensorboard_dir
         if not folder and self.context is not None and self.context.run_dir is not None:
@@ -88,22 +117,18 @@ class TensorBoardWriter(Actor):
                           self.name)
             return
         # flush_secs only bounds the writer thread's own flushes; write() flushes every window.
-        self.writer = _EventFiles(folder, max(1, round(self.params.report_every_s)),
-                                  RateLimitedLog(self.log), self.name)
-        if self.params.wandb.project:
-            self.writer = _Both(self.writer, self._open_wandb())
+        self.writer = _Sinks(folder, max(1, round(self.params.report_every_s)),
+                             RateLimitedLog(self.log), self.name,
+                             self._open_wandb() if self.params.wandb.project else None)
         self.every(self.params.report_every_s, self.write, "tensorboard write")
 
     @slot
     def on_episode_finished(self, msg: EpisodeFinished) -> None:
-        """Keep one finished episode for the next window's mean."""
+        """Keep one finished episode for the next window's figures."""
         episodes = self.episodes.get(msg.policy)
         if episodes is None:
             episodes = self.episodes[msg.policy] = _Episodes()
-        episodes.returns.append(msg.episode_return)
-        episodes.lengths.append(msg.length)
-        if not math.isnan(msg.true_return):
-            episodes.true_returns.append(msg.true_return)
+        episodes.add(msg)
 
     @slot
     def on_rollout_progress(self, msg: RolloutProgress) -> None:
@@ -115,20 +140,21 @@ class TensorBoardWriter(Actor):
         """Write the learner's figures of one training step."""
         if self.writer is None:
             return
-        prefix = f"policy_{msg.policy}"
-        for tag, name in _TRAINING_TAGS.items():
-            self.writer.add_scalar(f"{prefix}/{tag}", getattr(msg, name), msg.env_frames)
+        for name, figure in TRAINING_FIGURES.items():
+            value = getattr(msg, name)
+            if not math.isnan(value):
+                self.writer.add_scalar(msg.policy, figure.tag, value, msg.env_frames)
 
     @slot
     def on_hyperparams_changed(self, msg: HyperparamsChanged) -> None:
-        """Write a policy's PBT-managed hyperparameters (``policy_<id>/hp/<name>``)."""
+        """Write a policy's PBT-managed hyperparameters (``zz_pbt/cfg_<name>``)."""
         if self.writer is None:
             return
         for name, value in zip(msg.names, msg.values, strict=True):
-            self.writer.add_scalar(f"policy_{msg.policy}/hp/{name}", value, self.frames)
+            self.writer.add_scalar(msg.policy, f"zz_pbt/cfg_{name}", value, self.frames)
 
     def write(self, final: bool = False) -> None:
-        """Write each policy's episode means of the window and the run's frame rate; flush.
+        """Write each policy's episode figures of the window and the run's frame rate; flush.
 
         The last window (``final``) gets a frame rate only if frames came in: the rollout
         workers may have stopped first, and a made-up drop to 0 would end every curve.
@@ -136,24 +162,13 @@ class TensorBoardWriter(Actor):
         if self.writer is None:
             return
         for policy, episodes in sorted(self.episodes.items()):
-            if episodes.returns:
-                count = len(episodes.returns)
-                prefix = f"policy_{policy}"
-                self.writer.add_scalar(f"{prefix}/reward", sum(episodes.returns) / count,
-                                       self.frames)
-                self.writer.add_scalar(f"{prefix}/episode_length", sum(episodes.lengths) / count,
-                                       self.frames)
-                if episodes.true_returns:
-                    self.writer.add_scalar(
-                        f"{prefix}/true_reward",
-                        sum(episodes.true_returns) / len(episodes.true_returns), self.frames)
-                episodes.returns.clear()
-                episodes.lengths.clear()
-                episodes.true_returns.clear()
+            for tag, value in episodes.scalars():
+                self.writer.add_scalar(policy, tag, value, self.frames)
         now = time.monotonic()
         then, frames = self._last
         if now > then and (self.frames > frames or not final):
-            self.writer.add_scalar("run/fps", (self.frames - frames) / (now - then), self.frames)
+            self.writer.add_scalar(_FPS_POLICY, "perf/_fps",
+                                   (self.frames - frames) / (now - then), self.frames)
         self._last = (now, self.frames)
         self.writer.flush()
 
@@ -168,11 +183,46 @@ class TensorBoardWriter(Actor):
         return WandbSink(self.params.wandb, run_dir, settings)
 
     async def on_stop(self) -> None:
-        """Write the last window and close the event file."""
+        """Write the last window and close the event files."""
         if self.writer is not None:
             self.write(final=True)
             self.writer.close()
             self.writer = None
+
+
+class _Sinks:
+    """Every policy's event files (``<folder>/<policy id>``, opened at its first scalar) and,
+    when set, W&B (``<policy id>/<tag>``)."""
+
+    def __init__(self, folder: str, flush_secs: int, warn: RateLimitedLog, name: str,
+                 wandb: WandbSink | None) -> None:
+        self.folder, self.flush_secs, self.warn, self.name = folder, flush_secs, warn, name
+        self.wandb = wandb
+        self.policies: dict[int, _EventFiles] = {}
+
+    def add_scalar(self, policy: int, tag: str, value: float, step: int) -> None:
+        """Write one scalar of ``policy``."""
+        files = self.policies.get(policy)
+        if files is None:
+            files = self.policies[policy] = _EventFiles(
+                str(Path(self.folder, str(policy))), self.flush_secs, self.warn, self.name)
+        files.add_scalar(tag, value, step)
+        if self.wandb is not None:
+            self.wandb.add_scalar(f"{policy}/{tag}", value, step)
+
+    def flush(self) -> None:
+        """Flush every sink."""
+        for files in self.policies.values():
+            files.flush()
+        if self.wandb is not None:
+            self.wandb.flush()
+
+    def close(self) -> None:
+        """Close every sink."""
+        for files in self.policies.values():
+            files.close()
+        if self.wandb is not None:
+            self.wandb.close()
 
 
 class _EventFiles:
@@ -224,25 +274,3 @@ class _EventFiles:
                           "until it can, then a new event file follows", self.name, self.folder,
                           error)
         self.close()
-
-
-class _Both:
-    """Scalars into the TensorBoard writer and into W&B."""
-
-    def __init__(self, tensorboard: Any, wandb: WandbSink) -> None:
-        self.sinks = (tensorboard, wandb)
-
-    def add_scalar(self, tag: str, value: float, step: int) -> None:
-        """Write one scalar to both."""
-        for sink in self.sinks:
-            sink.add_scalar(tag, value, step)
-
-    def flush(self) -> None:
-        """Flush both."""
-        for sink in self.sinks:
-            sink.flush()
-
-    def close(self) -> None:
-        """Close both."""
-        for sink in self.sinks:
-            sink.close()

@@ -33,6 +33,7 @@ from sfbus_components.datapath.buffers import TrajectoryBuffer
 from sfbus_components.datapath.messages import EpisodeFinished, InferenceRequest
 from sfbus_components.envs.spec import ObsDict
 from sfbus_components.envs.vector import Ended, VectorEnvs
+from sfbus_components.sampling.extra_stats import episode_extra_stats
 from sfbus_components.sampling.policy_mapping import AgentPolicies
 from sfbus_components.sampling.worker_envs import WorkerEnvs
 
@@ -179,7 +180,8 @@ class Split:
                     int(info["episode_length"]), int(info["episode_frames"]),
                     float(info.get("episode_true_return", math.nan)),
                     float(info.get("episode_win", math.nan)),
-                    -1 if other is None else int(policies[a + other])))
+                    -1 if other is None else int(policies[a + other]),
+                    episode_extra_stats(info)))
 
 
 class TableSplit(Split):

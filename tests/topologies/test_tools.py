@@ -70,9 +70,10 @@ def test_wandb_offline_best_checkpoint_and_eval(tmp_path: Path) -> None:
             config = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
                       for i in record.run.config.update}
     assert config["env"] == "gym:CartPole-v1" and config["wandb"]["mode"] == "offline"
-    for tag in ("policy_0/reward", "policy_0/policy_loss", "policy_0/lr", "run/fps"):
+    # keys: <policy id>/<TensorBoard tag>
+    for tag in ("0/reward/reward", "0/train/policy_loss", "0/train/lr", "0/perf/_fps"):
         assert len(history.get(tag, ())) >= 2, (tag, sorted(history))
-    frames = [at for at, _ in history["policy_0/policy_loss"]]
+    frames = [at for at, _ in history["0/train/policy_loss"]]
     # the learner's frames: past --max-frames by the batches still queued when the run stopped
     assert frames == sorted(frames) and 20000 <= frames[-1] <= 60000
 

@@ -1,8 +1,10 @@
-"""The TensorBoard writer: per-policy scalars against env frames, read back from the event file."""
+"""The TensorBoard writer: a run per policy under Sample Factory's tags against env frames, read
+back from the event files."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 
@@ -52,7 +54,8 @@ def training_stats(policy: int, loss: float, env_frames: int = 256) -> TrainingS
                          policy_loss=loss,
                          value_loss=0.25, entropy=0.6, kl=0.01, grad_norm=1.5, lr=1e-3,
                          lag_mean=2.5, lag_max=4.0, clip_fraction=0.1, train_seconds=0.02,
-                         ratio_mean=1.03, valid_fraction=0.75, lag_p90=3.5, learner_fps=9000.0)
+                         ratio_mean=1.03, valid_fraction=0.75, lag_p90=3.5, learner_fps=9000.0,
+                         memory_mb=300.0)
 
 
 async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -80,12 +83,15 @@ async def test_scalars_per_policy_against_env_frames(tmp_path, transport):
         emitter.rollout_progress.emit(RolloutProgress(worker=0, frames=600))
         emitter.rollout_progress.emit(RolloutProgress(worker=1, frames=400))
         emitter.training_stats.emit(training_stats(0, loss=0.5, env_frames=768))
-        emitter.episode_finished.emit(EpisodeFinished(0, episode_return=10.0, length=5, frames=20))
-        emitter.episode_finished.emit(EpisodeFinished(0, episode_return=20.0, length=7, frames=28))
+        emitter.episode_finished.emit(EpisodeFinished(
+            0, episode_return=10.0, length=5, frames=20,
+            extra_stats=(("kills", 2.0), ("game/score", 7.0))))
+        emitter.episode_finished.emit(EpisodeFinished(0, episode_return=20.0, length=7, frames=28,
+                                                      extra_stats=(("kills", 5.0),)))
         # one sender, one receiver: messages arrive in emission order, the episodes last
         await until(lambda: 0 in board.episodes and len(board.episodes[0].returns) == 2)
         assert board.frames == 1000
-        board.write()  # the end of a window: episode means and fps at 1000 frames
+        board.write()  # the end of a window: episode figures and fps at 1000 frames
         emitter.rollout_progress.emit(RolloutProgress(worker=0, frames=500))
         await until(lambda: board.frames == 1500)
         board.write()  # a window without episodes: only fps, at 1500
@@ -95,35 +101,50 @@ async def test_scalars_per_policy_against_env_frames(tmp_path, transport):
         emitter.episode_finished.emit(EpisodeFinished(1, episode_return=-1.0, length=3, frames=12,
                                                       true_return=4.0))
         await until(lambda: 1 in board.episodes)
-    # stopping wrote the last window (no frames came in: no fps) and closed the file
+    # stopping wrote the last window (no frames came in: no fps) and closed the files
 
-    found = scalars(folder)
-    assert found["policy_0/reward"] == [(1000, 15.0)]
-    assert found["policy_0/episode_length"] == [(1000, 6.0)]
-    # the learner's figures at the frames it trained on
-    assert found["policy_0/policy_loss"] == [(768, 0.5)]
-    assert found["policy_0/lag"] == [(768, 2.5)]
-    for tag, value in (("value_loss", 0.25), ("grad_norm", 1.5), ("lag_max", 4.0)):
-        assert found[f"policy_0/{tag}"] == [(768, value)]
-    assert found["policy_0/lr"][0][1] == pytest.approx(1e-3)
-    assert found["policy_0/entropy"][0][1] == pytest.approx(0.6)
-    assert found["policy_0/kl"][0][1] == pytest.approx(0.01)
-    # Sample Factory's further training statistics, under TRAINING_FIGURES' names
-    for tag, value in (("ratio_mean", 1.03), ("valid_fraction", 0.75), ("lag_p90", 3.5),
-                       ("learner_fps", 9000.0)):
-        assert found[f"policy_0/{tag}"][0][1] == pytest.approx(value)
-    assert {f"policy_0/{name}" for name in TRAINING_FIGURES if name != "lag_mean"} <= set(found)
-    assert found["policy_1/reward"] == [(1500, -1.0)]
-    assert found["policy_1/episode_length"] == [(1500, 3.0)]
-    # a game score only where the env reports one (Atari's raw score, VizDoom's unshaped one)
-    assert found["policy_1/true_reward"] == [(1500, 4.0)]
-    assert "policy_0/true_reward" not in found
-    assert found["policy_1/policy_loss"] == [(512, -0.125)]
-    assert found["policy_1/hp/appo.lr"][0][0] == 1500
-    assert found["policy_1/hp/appo.lr"][0][1] == pytest.approx(2e-4)
-    assert found["policy_1/hp/reward_shaping.death"] == [(1500, -0.25)]
-    assert [step for step, _ in found["run/fps"]] == [1000, 1500]
-    assert all(fps > 0 for _, fps in found["run/fps"])
+    # one TensorBoard run per policy, as Sample Factory's .summary/<policy id>/
+    assert sorted(p.name for p in (tmp_path / "tb").iterdir()) == ["0", "1"]
+    first, second = scalars(f"{folder}/0"), scalars(f"{folder}/1")
+    # Sample Factory's episode tags: the window's mean, min and max
+    assert first["reward/reward"] == [(1000, 15.0)]
+    assert first["reward/reward_min"] == [(1000, 10.0)]
+    assert first["reward/reward_max"] == [(1000, 20.0)]
+    assert first["len/len"] == [(1000, 6.0)]
+    assert (first["len/len_min"], first["len/len_max"]) == ([(1000, 5.0)], [(1000, 7.0)])
+    # the true objective is the reward where the env reports no score of its own
+    assert first["policy_stats/avg_true_objective"] == [(1000, 15.0)]
+    # the env's extra stats, averaged over the window's episodes that report each
+    assert first["policy_stats/avg_kills"] == [(1000, 3.5)]
+    assert first["game/score"] == [(1000, 7.0)]  # a name with "/" is its own tag
+    # the learner's figures at the frames it trained on, under Sample Factory's train/ tags
+    assert first["train/policy_loss"] == [(768, 0.5)]
+    assert first["train/version_diff_avg"] == [(768, 2.5)]
+    for tag, value in (("train/value_loss", 0.25), ("train/grad_norm", 1.5),
+                       ("train/version_diff_max", 4.0), ("stats/memory_learner", 300.0)):
+        assert first[tag] == [(768, value)]
+    for tag, value in (("train/lr", 1e-3), ("train/entropy", 0.6), ("train/kl_divergence", 0.01),
+                       ("train/ratio_avg", 1.03), ("train/valids_fraction", 0.75),
+                       ("train/version_diff_p90", 3.5), ("perf/learner_fps", 9000.0)):
+        assert first[tag][0][1] == pytest.approx(value)
+    measured = training_stats(0, loss=0.5)
+    tags = {figure.tag: name for name, figure in TRAINING_FIGURES.items()}
+    assert {tag for tag, name in tags.items()
+            if not math.isnan(getattr(measured, name))} <= set(first)
+    assert "train/loss" not in first  # NaN: not measured, not written
+    # the run's frame rate in policy 0's run only
+    assert [step for step, _ in first["perf/_fps"]] == [1000, 1500]
+    assert all(fps > 0 for _, fps in first["perf/_fps"])
+    assert "perf/_fps" not in second
+    assert second["reward/reward"] == [(1500, -1.0)]
+    assert second["len/len"] == [(1500, 3.0)]
+    # a game score where the env reports one (Atari's raw score, VizDoom's unshaped one)
+    assert second["policy_stats/avg_true_objective"] == [(1500, 4.0)]
+    assert "policy_stats/avg_kills" not in second
+    assert second["train/policy_loss"] == [(512, -0.125)]
+    assert second["zz_pbt/cfg_appo.lr"][0][0] == 1500
+    assert second["zz_pbt/cfg_appo.lr"][0][1] == pytest.approx(2e-4)
+    assert second["zz_pbt/cfg_reward_shaping.death"] == [(1500, -0.25)]
 
 
 async def test_without_a_folder_it_writes_nothing(tmp_path):
