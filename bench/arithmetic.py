@@ -31,6 +31,7 @@ from sfbus_components.learning.heap import keep_freed_memory
 from sfbus_components.models import ActorCritic, ModelConfig
 from sfbus_components.models.policy import build_policy
 
+DOC = "arithmetic.md"
 SECTION = "## Where the time goes: the model's arithmetic"
 IMAGE = (3, 72, 128)
 PRECISIONS = ("float32", "bfloat16")
@@ -200,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
                  "precisions on weights reordered once for oneDNN; `bfloat16, packed` with the "
                  "default `auto` on a CPU with fast bfloat16, `float32, packed` elsewhere), "
                  "`bfloat16` the eager model with the encoder's weights kept in bfloat16.")
-        write_section(SECTION, f"Command: `{command.strip()}`\n\nMachine: {throughput.machine()}"
-                               f"\n\n{about}\n\n{text}\n")
+        write_section(DOC, SECTION, f"Command: `{command.strip()}`\n\nMachine: "
+                      f"{throughput.machine()}\n\n{about}\n\n{text}\n")
     return 0
 
 

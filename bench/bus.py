@@ -24,6 +24,7 @@ from bench.report import machine as machine_line
 from bench.report import write_section
 
 ROOT = Path(__file__).resolve().parent.parent
+DOC = "bus.md"
 SECTION = "## Bus: signals between two processes"
 PUT_MANY = 256  # messages per faster-fifo put_many call
 QUEUES = ("multiprocessing.Queue", "faster-fifo", "faster-fifo put_many")
@@ -249,8 +250,8 @@ def machine() -> str:
 
 
 def write_docs(text: str) -> None:
-    """Replace this benchmark's section of docs/BENCHMARKS.md."""
-    write_section(SECTION, text)
+    """Replace this benchmark's section of docs/benchmarks/bus.md."""
+    write_section(DOC, SECTION, text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=20_000, help="timed round trips")
     parser.add_argument("--repeat", type=int, help="runs of each case, median shown (default 3)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 20k messages, 2k trips")
-    parser.add_argument("--write-docs", action="store_true", help="rewrite docs/BENCHMARKS.md")
+    parser.add_argument("--write-docs", action="store_true", help="rewrite docs/benchmarks/bus.md")
     args = parser.parse_args(argv)
     count, rounds = (20_000, 2_000) if args.quick else (args.count, args.rounds)
     repeat = args.repeat or (1 if args.quick else 3)

@@ -44,6 +44,7 @@ from sfbus_components.envs.spec import EnvSpec, MultiAgentEnv, ObsDict, StepOutp
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = "topologies/doom_basic.yaml"
+DOC = "soaks.md"
 SECTION = "## Chaos soak: doom_basic under random kills and stops"
 RAISE_P = 1e-5
 """Probability that a step of :func:`flaky_doom_basic` raises: about once a minute or two over
@@ -257,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=30.0, help="length after first frames")
     parser.add_argument("--every", default="20,60", help="seconds between faults: LOW,HIGH")
     parser.add_argument("--seed", type=int, default=0, help="the faults' and the run's seed")
-    parser.add_argument("--write-docs", action="store_true", help="record in docs/BENCHMARKS.md")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="record in docs/benchmarks/soaks.md")
     args = parser.parse_args(argv)
     args.every = tuple(float(x) for x in args.every.split(","))
     if len(args.every) != 2 or not 0 < args.every[0] <= args.every[1] < math.inf:
@@ -275,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
 
         command = "python -m bench.chaos " + " ".join(argv if argv is not None else sys.argv[1:])
         versions = f"torch {torch.__version__}, vizdoom {vizdoom.__version__}"
-        write_section(SECTION, f"Command: `{command.strip()}`\n\nMachine: {machine(versions)}\n\n"
+        write_section(DOC, SECTION,
+                      f"Command: `{command.strip()}`\n\nMachine: {machine(versions)}\n\n"
                       f"{__doc__.split(chr(10) + chr(10), 1)[1].strip()}\n\n"
                       f"Result: **{'passed' if ok else 'FAILED'}**\n\n{summary}\n\n"
                       f"<details><summary>The faults, in order</summary>\n\n{events}\n\n"

@@ -5,8 +5,8 @@
 one after another (a configuration is a name and ``--set`` overrides; the default compares the
 encoder in bfloat16 with float32), reads each run's ``progress.jsonl`` (the 100-episode mean of
 VizDoom's own reward) and reports when each reached the bars, the final reward and the frame
-rate. ``--write-docs`` rewrites its section of docs/BENCHMARKS.md and draws the runs into
-``docs/doom_basic_learning*``.
+rate. ``--write-docs`` rewrites its section of docs/benchmarks/learning_doom_basic.md and draws
+the runs into ``docs/benchmarks/doom_basic_learning*``.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import tempfile
 from pathlib import Path
 
 from bench import throughput
-from bench.report import write_section
+from bench.report import DOCS, write_section
 from sfbus_components.commands.plot import Progress, plot_runs, read_progress
 
 ROOT = Path(__file__).resolve().parents[1]
+DOC = "learning_doom_basic.md"
 SECTION = "## Learning speed: doom_basic (the default run)"
 TOPOLOGY = "topologies/doom_basic.yaml"
 BARS = (50.0, 70.0)
@@ -113,13 +114,13 @@ def main(argv: list[str] | None = None) -> int:
             for path in plot_runs(runs, Path(tmp, "plots")):
                 if path.stem in ("reward_vs_frames", "reward_vs_time"):
                     suffix = "" if path.stem == "reward_vs_frames" else "_time"
-                    (ROOT / "docs" / f"doom_basic_learning{suffix}.png").write_bytes(
+                    (DOCS / f"doom_basic_learning{suffix}.png").write_bytes(
                         path.read_bytes())
             command = "python -m bench.learning " + " ".join(
                 sys.argv[1:] if argv is None else argv)
             sets = "; ".join(f"{n}: {'' if t == TOPOLOGY else t + ' '}{' '.join(s) or 'defaults'}"
                              for n, t, s in configs)
-            write_section(SECTION, (
+            write_section(DOC, SECTION, (
                 f"Command: `{command.strip()}` — each configuration trains `sfbus run {TOPOLOGY} "
                 f"--max-frames {args.frames}` (or the topology it names) with its `--set`s "
                 f"({sets}), one after another; "

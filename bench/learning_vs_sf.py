@@ -31,8 +31,8 @@ from pathlib import Path
 
 from bench import learning, sample_factory
 from bench import throughput_topologies as tt
+from bench.report import DOCS, write_section
 from bench.report import machine as machine_line
-from bench.report import write_section
 from sfbus_components.algo.ppo import AppoConfig
 from sfbus_components.commands.plot import Progress, plot_runs, read_progress
 from sfbus_components.datapath.settings import DataPathParams
@@ -40,6 +40,7 @@ from sfbus_components.models import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "runs" / "learning_vs_sf"
+DOC = "learning_vs_sf.md"
 SYSTEMS = ("sfbus", "sample_factory")
 # sfbus writes a progress record per second, about as often as Sample Factory writes one per
 # training iteration (4k env frames on doom_basic), so both curves cross a bar at one resolution.
@@ -308,20 +309,25 @@ def table(env: str, runs: list[tuple[Progress, float]]) -> str:
     return "\n".join([head, rule, *rows])
 
 
+def section(env: str) -> str:
+    """The heading of ``env``'s section in docs/benchmarks/learning_vs_sf.md."""
+    return f"## Learning side by side with Sample Factory: {env}"
+
+
 def write_docs(env: str, frames: int, seeds: list[int], text: str,
                runs: list[tuple[Progress, float]]) -> None:
-    """Rewrite the env's section of docs/BENCHMARKS.md and its two figures."""
+    """Rewrite the env's section of docs/benchmarks/learning_vs_sf.md and its two figures."""
     family = FAMILIES[env]
     out = RUNS / env / "plots"
     for path in plot_runs([r for r, _ in runs], out):
         if path.stem in ("reward_vs_frames", "reward_vs_time"):
             suffix = "" if path.stem == "reward_vs_frames" else "_time"
-            (ROOT / "docs" / f"{env}_vs_sf{suffix}.png").write_bytes(path.read_bytes())
+            (DOCS / f"{env}_vs_sf{suffix}.png").write_bytes(path.read_bytes())
     # The flags the first run was given, as Sample Factory saved them.
     config = run_folder(env, "sample_factory", seeds[0]) / "train_dir" / "run" / "config.json"
     flags = " ".join(f for f in json.loads(config.read_text())["command_line"].split()
                      if not f.startswith(("--train_dir", "--seed", "--experiment")))
-    write_section(f"## Learning side by side with Sample Factory: {env}", (
+    write_section(DOC, section(env), (
         f"Command: `python -m bench.learning_vs_sf --env {env} --frames {frames} --seeds "
         f"{','.join(map(str, seeds))} --write-docs` — sfbus trains `sfbus run {family.topology} "
         f"--max-frames {frames}{''.join(' --set ' + x for x in (*family.sets, *SFBUS_REPORTING))} "

@@ -19,7 +19,7 @@ Atari defaults (synchronous, 4 epochs of 4 minibatches, ReLU, no RNN) are overri
 Each rate is taken over ``--seconds`` (at least two minutes unless ``--quick``) after a warm-up of
 ``--warmup`` seconds from the first frames; it prints env frames/s and the share of pure
 simulation as Table 1 does, the ratio sfbus / Sample Factory, and the issue's goals for this
-machine, and with ``--write-docs`` records them in docs/BENCHMARKS.md after each game.
+machine, and with ``--write-docs`` records them in docs/benchmarks/paper_table.md after each game.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ Factory's env frames/s."""
 SF_FLAGS = ("--async_rl=True", "--num_epochs=1", "--num_batches_per_epoch=1", "--recurrence=32",
             "--with_vtrace=False", "--nonlinearity=elu", "--normalize_input=True",
             "--normalize_returns=True")
+DOC = "paper_table.md"
 SECTION = "## Table 1: Breakout and Battle as the paper measures them"
 SECTION_GPU = "## Table 1 on a GPU: Breakout and Battle as the paper measures them"
 
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="an extra override of the sfbus case (repeatable)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 3 s warm-up, 5 s window")
     parser.add_argument("--write-docs", action="store_true",
-                        help="record the table in docs/BENCHMARKS.md after each game")
+                        help="record the table in docs/benchmarks/paper_table.md after each game")
     args = parser.parse_args(argv)
     args.seconds = args.seconds or (5.0 if args.quick else 120.0)
     args.warmup = args.warmup if args.warmup is not None else (3.0 if args.quick else 30.0)
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         text = f"{table(results)}\n\n{goals(results, args.gpu)}"
         print("\n" + text + "\n", flush=True)
         if args.write_docs:  # after each game: a long run keeps what it has measured
-            write_section(SECTION_GPU if args.gpu else SECTION,
+            write_section(DOC, SECTION_GPU if args.gpu else SECTION,
                           f"Command: `{command.strip()}`\n\nMachine: {tp.machine()}\n\n"
                           f"{about(args)}\n\n{text}\n\n{details(results)}\n")
     return 0

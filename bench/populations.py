@@ -37,6 +37,7 @@ from bench import sample_factory, throughput
 from bench import throughput_topologies as tt
 from bench.report import write_section
 
+DOC = "populations.md"
 SECTION = "## Populations and batched sampling"
 PBT8_ENVS = "num_envs=32"  # pbt8.yaml's: the population and its one-policy baseline alike
 SINGLE_ON_PBT8 = [PBT8_ENVS, "env=doom_defend_the_center", "batch_size=2048", "reward_scale=0.1",
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"its own settings (so pbt8 and its one-policy baseline run {PBT8_ENVS}). A rate "
                  f"is env frames/s over a {args.seconds:g} s window {args.warmup:g} s after the "
                  f"first frames, as in the throughput section.")
-        write_section(SECTION, f"Command: `{command.strip()}`\n\nMachine: "
+        write_section(DOC, SECTION, f"Command: `{command.strip()}`\n\nMachine: "
                                f"{throughput.machine()}\n\n{about}\n\n{text}\n")
     return 0
 

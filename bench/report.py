@@ -8,9 +8,10 @@ import subprocess
 import time
 from pathlib import Path
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "BENCHMARKS.md"
+# One file per topic; docs/BENCHMARKS.md, kept by hand, sums up their newest figures and links them.
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 _HEADER = ("# Benchmarks\n\nFigures come from the `bench/` commands named in each section, run on "
-           "the machine each section names.\n")
+           "the machine each section names; [the summary](../BENCHMARKS.md) links every file.\n")
 
 
 # The CPU flags that decide how fast the model's arithmetic runs (AVX2 only, AVX-512, bf16, AMX).
@@ -38,9 +39,11 @@ def cpu_flags() -> set[str]:
     return set(line.partition(":")[2].split())
 
 
-def write_section(section: str, text: str) -> None:
-    """Replace ``section`` of docs/BENCHMARKS.md with ``text``, leaving the others as they are."""
-    doc = DOCS.read_text() if DOCS.exists() else _HEADER
-    head, found, tail = doc.partition(section)
+def write_section(doc: str, section: str, text: str) -> None:
+    """Replace ``section`` of docs/benchmarks/``doc`` with ``text``, leaving the others as they
+    are (a section runs to the next ``## `` heading; a new one goes at the end)."""
+    path = DOCS / doc
+    old = path.read_text() if path.exists() else _HEADER
+    head, found, tail = old.partition(section)
     rest = tail[tail.find("\n## "):] if found and "\n## " in tail else ""
-    DOCS.write_text(head.rstrip("\n") + "\n\n" + section + "\n\n" + text.strip() + "\n" + rest)
+    path.write_text(head.rstrip("\n") + "\n\n" + section + "\n\n" + text.strip() + "\n" + rest)

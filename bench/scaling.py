@@ -4,8 +4,8 @@
 [--write-docs]`` runs, for each total number of envs (split evenly over ``--workers`` rollout
 workers, one per core), the cases of :mod:`bench.throughput` (the sampler with the real model and
 full training by default), one after another in fresh processes, and prints env frames/s as a
-table; ``--write-docs`` also rewrites its section of docs/BENCHMARKS.md and draws
-``docs/scaling.png``.
+table; ``--write-docs`` also rewrites its section of docs/benchmarks/scaling.md and draws
+``docs/benchmarks/scaling.png``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 
 from bench import throughput
-from bench.report import write_section
+from bench.report import DOCS, write_section
 
+DOC = "scaling.md"
 SECTION = "## Scaling: env frames/s vs environments sampled"
-PLOT = Path(__file__).resolve().parents[1] / "docs" / "scaling.png"
+PLOT = DOCS / "scaling.png"
 
 
 def table(cases: list[str], envs: list[int], rates: dict[tuple[str, int], float]) -> str:
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"{args.warmup:g} s after the first frames (as in the throughput section). "
                  f"The paper's Figure 3 shape: throughput rises with envs sampled until the "
                  f"cores are busy, then flattens.")
-        write_section(SECTION, f"Command: `{command.strip()}`\n\nMachine: "
+        write_section(DOC, SECTION, f"Command: `{command.strip()}`\n\nMachine: "
                                f"{throughput.machine()}\n\n{about}\n\n{text}\n\n"
                                f"![frames/s vs envs](scaling.png)\n")
     return 0

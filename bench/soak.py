@@ -32,6 +32,7 @@ from sfbus.procfs import run_children
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = "topologies/doom_basic.yaml"
+DOC = "soaks.md"
 SECTION = "## Soak: a long run with periodic kills"
 ORDER = ("rollout.0", "learner", "rollout.1")  # doom_basic's processes (inference is in rollout)
 MARGIN_S = 20.0  # --max-seconds past the last sample; the supervisor's clock starts before ours
@@ -300,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds between rows of the table (medians of the samples)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="passed to sfbus run (repeatable)")
-    parser.add_argument("--write-docs", action="store_true", help="rewrite docs/BENCHMARKS.md")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="rewrite docs/benchmarks/soaks.md")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="sfbus-soak-") as tmp:
         rows, summary, ok = soak(args, Path(tmp))
@@ -316,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                              half=args.kill_every / 2, sample=args.sample_every,
                              row=args.row_every, z=Z95, flat=FLAT * 100)
         versions = f"torch {torch.__version__}, vizdoom {vizdoom.__version__}"
-        write_section(SECTION, f"Command: `{command.strip()}`\n\nMachine: {machine(versions)}"
+        write_section(DOC, SECTION, f"Command: `{command.strip()}`\n\nMachine: {machine(versions)}"
                       f"\n\n{about}\n\n{text}\n")
     return 0 if ok else 1
 

@@ -42,8 +42,8 @@ from sfbus import Actor, Signal, slot
 from sfbus_components.datapath.messages import SlotsReleased, TrajectoryReady
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTION = "## Throughput: simulation, sampler, training"
-SECTION_GPU = "## Throughput on a GPU: simulation and training"
+DOC, SECTION = "throughput_cpu.md", "## Throughput: simulation, sampler, training"
+DOC_GPU, SECTION_GPU = "gpu.md", "## Throughput on a GPU: simulation and training"
 CASES = {"sim": "pure simulation", "sim_short": "pure simulation, short episodes",
          "random": "sampler, random actions",
          "model": "sampler, real model", "train": "full training",
@@ -347,8 +347,9 @@ def _driver() -> str:
 
 
 def write_docs(text: str, gpu: bool = False) -> None:
-    """Replace this benchmark's section (its GPU section) of docs/BENCHMARKS.md."""
-    write_section(SECTION_GPU if gpu else SECTION, text)
+    """Replace this benchmark's section of docs/benchmarks/throughput_cpu.md (its GPU section of
+    docs/benchmarks/gpu.md)."""
+    write_section(*((DOC_GPU, SECTION_GPU) if gpu else (DOC, SECTION)), text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -371,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="an extra override of the sfbus training case (repeatable), e.g. "
                         "processes.inference.replicas=2")
-    parser.add_argument("--write-docs", action="store_true", help="rewrite docs/BENCHMARKS.md")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="rewrite its section of docs/benchmarks/")
     args = parser.parse_args(argv)
     args.seconds = args.seconds or (4.0 if args.quick else 30.0)
     args.warmup = args.warmup if args.warmup is not None else (3.0 if args.quick else 10.0)
