@@ -1,13 +1,31 @@
 """Objects named by an import path ``package.module:name`` (actor classes, model parts, env
-factories, policy mappings), imported with an error that says what is missing and what is close."""
+factories, policy mappings), imported with an error that says what is missing and what is close.
+
+A path that no longer imports because what it names moved is followed to where it went: packages
+register their moves under the ``sfbus.moved`` entry-point group, each entry naming a mapping
+from an old name to its new one. An old name is one object (``pkg.mod:Class``), one module
+(``pkg.mod``) or, ending with a dot, a package and everything under it (``pkg.``). The most
+precise name that covers a path wins, in that order (a module can become a package of the same
+name), and a move may lead to another (a module renamed twice). So a run directory or topology
+written before a rename still loads.
+"""
 
 from __future__ import annotations
 
+import functools
 import importlib
+import logging
 import pkgutil
+from collections.abc import Mapping
+from importlib.metadata import entry_points
 from typing import Any
 
 from sfbus.topology.params import suggest
+
+log = logging.getLogger(__name__)
+
+MOVED_GROUP = "sfbus.moved"
+"""The entry-point group where packages register the import paths they moved."""
 
 
 class ImportPathError(ValueError):
@@ -16,7 +34,51 @@ class ImportPathError(ValueError):
 
 
 def import_object(path: str) -> Any:
-    """The object ``package.module:name`` (or ``:Outer.inner``) names."""
+    """The object ``package.module:name`` (or ``:Outer.inner``) names, or where it moved."""
+    seen = [path]
+    while True:
+        try:
+            return _import_exactly(seen[-1])
+        except ImportPathError as error:
+            moved = moved_to(seen[-1], registered_moves())
+            if moved is None or moved in seen:
+                if len(seen) == 1:
+                    raise
+                raise ImportPathError(f"'{path}' moved to '{seen[-1]}': {error}") from None
+        log.debug("import path %r moved to %r", seen[-1], moved)
+        seen.append(moved)
+
+
+def moved_to(path: str, moves: Mapping[str, str]) -> str | None:
+    """Where ``path`` moved by ``moves`` (old name -> new, see the module's docstring), or None.
+
+    The path itself first, then its module, then the longest package (``pkg.`` -> ``new.``
+    takes ``pkg.sub:X`` to ``new.sub:X``).
+    """
+    if path in moves:
+        return moves[path]
+    module, sep, attr = path.partition(":")
+    if module in moves:
+        return moves[module] + sep + attr
+    parts = module.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        package = ".".join(parts[:end]) + "."
+        if package in moves:
+            return moves[package] + module[len(package):] + sep + attr
+    return None
+
+
+@functools.cache
+def registered_moves() -> dict[str, str]:
+    """Every move the installed packages registered (``sfbus.moved`` entry points)."""
+    moves: dict[str, str] = {}
+    for entry in entry_points(group=MOVED_GROUP):
+        moves.update(entry.load())
+    return moves
+
+
+def _import_exactly(path: str) -> Any:
+    """The object ``path`` names where it is now (no moves followed)."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise ImportPathError(f"expected 'package.module:Name', got '{path}'")
