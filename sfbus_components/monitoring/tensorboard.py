@@ -3,12 +3,12 @@
 One TensorBoard run per policy, ``<run_dir>/tensorboard/<policy id>/`` (Sample Factory's
 ``<experiment>/.summary/<policy id>/``), under Sample Factory 2.x's tags, so that its users' saved
 views and comparisons work: ``reward/reward`` (``_min``, ``_max``), ``len/len`` (``_min``,
-``_max``), ``policy_stats/avg_true_objective`` (``_min``, ``_max``: the env's unshaped score
-where it reports one, else the reward), ``policy_stats/avg_<name>`` for each number an env
-reports in ``episode_extra_stats`` (a name holding ``/`` is its own tag), ``train/...`` and
-``stats/memory_learner`` for the learner's figures (the tag of each is declared beside it,
-:data:`sfbus_components.datapath.messages.TRAINING_FIGURES`), ``perf/_fps`` (env frames per
-second of the whole run, in policy 0's run) and ``zz_pbt/cfg_<name>`` for PBT's
+``_max``; in env frames), ``policy_stats/avg_true_objective`` (``_min``, ``_max``: the env's
+unshaped score where it reports one, else the reward), ``policy_stats/avg_<name>`` for each
+number an env reports in ``episode_extra_stats`` (a name holding ``/`` is its own tag),
+``train/...`` and ``stats/memory_learner`` for the learner's figures (the tag of each is declared
+beside it, :data:`sfbus_components.datapath.messages.TRAINING_FIGURES`), ``perf/_fps`` (env
+frames per second of the whole run, in policy 0's run) and ``zz_pbt/cfg_<name>`` for PBT's
 hyperparameters. The mapping from sfbus's names is in docs/FROM_SAMPLE_FACTORY.md.
 
 Listens to the same signals as the statistics actor (``sfbus_components.monitoring.stats``);
@@ -53,6 +53,7 @@ class _Episodes:
 
     returns: list[float] = field(default_factory=list)
     lengths: list[float] = field(default_factory=list)
+    """In env frames (frameskip counted), as Sample Factory's ``len``."""
     true_objectives: list[float] = field(default_factory=list)
     """The env's unshaped score where it reports one, else the return (Sample Factory's)."""
     extra: dict[str, list[float]] = field(default_factory=dict)
@@ -61,7 +62,7 @@ class _Episodes:
     def add(self, msg: EpisodeFinished) -> None:
         """Keep one episode's figures."""
         self.returns.append(msg.episode_return)
-        self.lengths.append(msg.length)
+        self.lengths.append(msg.frames)
         self.true_objectives.append(msg.episode_return if math.isnan(msg.true_return)
                                     else msg.true_return)
         for name, value in msg.extra_stats:

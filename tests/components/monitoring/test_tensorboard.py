@@ -110,8 +110,9 @@ async def test_scalars_per_policy_against_env_frames(tmp_path, transport):
     assert first["reward/reward"] == [(1000, 15.0)]
     assert first["reward/reward_min"] == [(1000, 10.0)]
     assert first["reward/reward_max"] == [(1000, 20.0)]
-    assert first["len/len"] == [(1000, 6.0)]
-    assert (first["len/len_min"], first["len/len_max"]) == ([(1000, 5.0)], [(1000, 7.0)])
+    # lengths in env frames, frameskip counted, as Sample Factory's
+    assert first["len/len"] == [(1000, 24.0)]
+    assert (first["len/len_min"], first["len/len_max"]) == ([(1000, 20.0)], [(1000, 28.0)])
     # the true objective is the reward where the env reports no score of its own
     assert first["policy_stats/avg_true_objective"] == [(1000, 15.0)]
     # the env's extra stats, averaged over the window's episodes that report each
@@ -137,7 +138,7 @@ async def test_scalars_per_policy_against_env_frames(tmp_path, transport):
     assert all(fps > 0 for _, fps in first["perf/_fps"])
     assert "perf/_fps" not in second
     assert second["reward/reward"] == [(1500, -1.0)]
-    assert second["len/len"] == [(1500, 3.0)]
+    assert second["len/len"] == [(1500, 12.0)]
     # a game score where the env reports one (Atari's raw score, VizDoom's unshaped one)
     assert second["policy_stats/avg_true_objective"] == [(1500, 4.0)]
     assert "policy_stats/avg_kills" not in second
