@@ -124,8 +124,8 @@ class Core(nn.Module):
         entering each step of ``resets``, with the matrix products in bfloat16 (float32
         accumulation) and the gates and state in float32. On a CPU with bfloat16 instructions
         the GRU's float32 products were a quarter of the learner's step (doom_basic's model,
-        docs/BENCHMARKS.md); their rounding adds less to the gradients than the bfloat16
-        encoder does. One loop over T: weights are cast once per layer, not once per stretch."""
+        docs/benchmarks/throughput_cpu.md); their rounding adds less to the gradients than the
+        bfloat16 encoder does. One loop over T: weights are cast once per layer, not per stretch."""
         assert self.rnn is not None
         bf16 = torch.bfloat16
         layers = self._layers(state)

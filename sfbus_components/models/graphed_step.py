@@ -1,9 +1,9 @@
 """The GPU inference step replayed from CUDA graphs: one launch instead of one per operation.
 
 On a GPU an inference pass of the default model costs the host about the same ~1 ms from 8 to
-256 rows (docs/BENCHMARKS.md, "GPU: learning speed"): Python and the launch of each of the pass's
-kernels, not the GPU's arithmetic, and one inference process serving every rollout worker is then
-the limit of a training run. :class:`GraphedStep` captures the policy's step once per bucket of
+256 rows (docs/benchmarks/gpu.md, "GPU: learning speed"): Python and the launch of each of the
+pass's kernels, not the GPU's arithmetic, and one inference process serving every rollout worker is
+then the limit of a training run. :class:`GraphedStep` captures the policy's step once per bucket of
 rows (powers of two) on static device buffers; a call copies its rows in, replays the bucket's
 graph and returns views of its outputs. Rows past a call's own keep what an earlier call left
 there and are never read (rows of a batch never mix in an inference step). A replay re-reads

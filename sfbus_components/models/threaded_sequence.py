@@ -5,8 +5,8 @@ Why: on a machine whose cores the rollout processes share, a learner whose ops e
 OpenMP threads waits, at every op's barrier, for whichever thread the scheduler took off its
 core. Measured in full training on 2 cores with one core partly taken by other work, this split
 gave 1.23x the env frames/s of two OpenMP threads per op, and the same on an even machine with
-less learner CPU (docs/BENCHMARKS.md). Trajectories are independent in the encoder and the
-recurrent core, so each share runs its own forward and, when the loss's gradient reaches it,
+less learner CPU (docs/benchmarks/throughput_cpu.md). Trajectories are independent in the encoder
+and the recurrent core, so each share runs its own forward and, when the loss's gradient reaches it,
 its own backward; the two meet only where the gradients of the weights add up (an autograd leaf
 accumulates under its own lock). The loss, the heads and the optimizer see the whole batch, so
 the step computes what the whole-batch step computes, up to the rounding of the gradients'
