@@ -40,7 +40,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
-    return run(args.topology, args.set or (), run_dir=args.run_dir, resume=args.resume,
+    overrides = [*(args.set or ()), *([f"seed={args.seed}"] if args.seed is not None else [])]
+    return run(args.topology, overrides, run_dir=args.run_dir, resume=args.resume,
                max_seconds=args.max_seconds, max_frames=args.max_frames,
                metrics_port=args.metrics_port, serial=args.serial)
 
@@ -102,9 +103,11 @@ def _join_nodes(args: argparse.Namespace) -> int | None:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Check a topology file and print a one-line summary."""
-    from sfbus.validation import validate_topology
+    from sfbus.validation import launch_notes, validate_topology
 
     topology = validate_topology(args.topology, getattr(args, "set", None) or ())
+    for note in launch_notes(topology):
+        print(f"note: {note}", file=sys.stderr)
     actors = sum(len(p.actors) * p.replicas for p in topology.processes)
     processes = sum(p.replicas for p in topology.processes)
     print(f"{args.topology}: ok ({processes} processes, {actors} actors, "
@@ -171,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue the run in RUN_DIR with the topology and settings it ran "
                           "with (actors restore their checkpoints; a --set changes what it "
                           "names; the topology file may be left out)")
+    run.add_argument("--seed", type=int, default=None, metavar="N",
+                     help="the run's seed, as --set seed=N (default: the topology's seed "
+                          "setting, else one drawn at random, printed and recorded in the run)")
     run.add_argument("--metrics-port", type=_port, default=None,
                      help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)")
     run.add_argument("--max-seconds", type=_positive(float), default=None,

@@ -6,6 +6,7 @@ import math
 import os
 import re
 import socket
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,8 +38,9 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
     from sfbus.loop import run as run_loop
     from sfbus.routing import RoutingTable
     from sfbus.rundir import RunDirLock, append_history, check_run_dir, new_run_dir
+    from sfbus.seeding import seed_to_draw
     from sfbus.supervisor import RunOptions, Supervisor
-    from sfbus.validation import check_shared_memory, read_topology
+    from sfbus.validation import check_shared_memory, launch_notes, read_topology
 
     _check_limits(max_seconds, max_frames, metrics_port)
     if STOP_WITH_PARENT_ENV in os.environ:  # a sweep's run: it ends when the sweep dies
@@ -62,6 +64,14 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
             raise BadInput("sfbus run: give a topology file, or --resume RUN_DIR")
         else:
             loaded = read_topology(os.fspath(topology), tuple(overrides))
+            seed = seed_to_draw(loaded)
+            if seed is not None:  # recorded as a --set: in the snapshot that --resume runs
+                overrides = (*overrides, f"seed={seed}")
+                loaded = read_topology(os.fspath(topology), overrides)
+                print(f"note: seed {seed} drawn at random (no seed setting); repeat this run "
+                      f"with --seed {seed}", file=sys.stderr)
+        for note in launch_notes(loaded):
+            print(f"note: {note}", file=sys.stderr)
         _ask_actors(loaded, "check_limits", RunLimits(max_frames, max_seconds))
         # impossible sizes are bad input: check before starting
         check_shared_memory(RoutingTable(loaded).array_specs(), free=True)
@@ -136,8 +146,6 @@ def _check_given_file(run_dir: Path, file: str, overrides: tuple[str, ...],
                       resumed: Topology) -> None:
     """A topology file given with ``--resume`` must be the run's topology; where it differs from
     the run's own settings, say once that it is not used (the run keeps its settings)."""
-    import sys
-
     from sfbus.validation import read_topology
 
     given = read_topology(file, overrides)

@@ -37,6 +37,18 @@ def validate_topology(file: str, overrides: Sequence[str] = (), *,
     return topology
 
 
+def launch_notes(topology: Topology) -> list[str]:
+    """The notes to print once before a run starts (or when it is validated): every distinct one
+    that an actor's parameters give through ``launch_notes(topology)``, in the topology's order."""
+    notes: dict[str, None] = {}  # actors sharing parameters give the same notes: each once
+    for process in topology.processes:
+        for actor in process.actors:
+            method = getattr(actor.params, "launch_notes", None)
+            if callable(method):
+                notes.update(dict.fromkeys(method(topology)))
+    return list(notes)
+
+
 _MAX_SEGMENT_BYTES = 2**63 - 1  # off_t: no file, hence no segment, can be larger
 
 

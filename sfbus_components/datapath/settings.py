@@ -68,6 +68,13 @@ class DataPathParams:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of rollout "
                              f"({self.rollout})")
 
+    def launch_notes(self, topology: Any) -> list[str]:
+        """The notes ``sfbus validate`` and ``run`` print once: the settings given whose names
+        Sample Factory uses for something else (:mod:`sfbus_components.datapath.shared_names`)."""
+        from sfbus_components.datapath.shared_names import shared_name_notes
+
+        return shared_name_notes(topology.document)
+
     @property
     def trajectories_per_batch(self) -> int:
         """Trajectories of T steps in one training batch."""
