@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sfbus import BadInput
+from sfbus_components.commands.hub import run_directory
 from sfbus_components.commands.outputs import check_writable_file
 
 if TYPE_CHECKING:
@@ -49,7 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "enjoy", help="watch a trained policy play (returns, video)",
         description="Play episodes with the newest checkpoint of a run's policy; print each "
                     "episode's return and length, optionally record a video.")
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory of `sfbus run`")
+    parser.add_argument("run_dir", metavar="RUN_DIR",
+                        help="run directory of `sfbus run`, or hub:user/name")
     parser.add_argument("--policy", type=int, default=None, metavar="N",
                         help="policy id (default: the run's only policy)")
     parser.add_argument("--checkpoint", metavar="PATH|best",
@@ -90,7 +92,7 @@ def enjoy(args: argparse.Namespace) -> int:
     if video is not None and video.suffix.lower() not in _VIDEO_FORMATS:
         raise EnjoyError(f"--video {video}: unsupported format {video.suffix or '(none)'!r}; "
                          f"use {' or '.join(_VIDEO_FORMATS)}")
-    run_dir = Path(args.run_dir)
+    run_dir = run_directory(args.run_dir)
     params = learner_params(run_dir, args.policy)
     path, state = read_checkpoint(run_dir, params, args.checkpoint)
     if video is not None:

@@ -29,6 +29,7 @@ from sfbus_components.commands.enjoy import (
     make_play_env,
     read_checkpoint,
 )
+from sfbus_components.commands.hub import run_directory
 from sfbus_components.commands.outputs import check_writable_dir
 
 BAD_INPUT = 2
@@ -41,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "eval", help="score a run's policies over seeded episodes (CSV)",
         description="Play N seeded episodes per policy on M envs with batched inference; write "
                     "one CSV per policy, a row per episode and a mean row.")
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory of `sfbus run`")
+    parser.add_argument("run_dir", metavar="RUN_DIR",
+                        help="run directory of `sfbus run`, or hub:user/name")
     parser.add_argument("--policy", type=int, action="append", metavar="N",
                         help="policy id (repeatable; default: every policy of the run)")
     parser.add_argument("--checkpoint", metavar="PATH|best",
@@ -61,9 +63,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Run ``sfbus eval``; bad input is one ``error:`` line on stderr and exit code 2."""
-    out = Path(args.out) if args.out else Path(args.run_dir) / "eval"
+    run_dir = run_directory(args.run_dir)
+    out = Path(args.out) if args.out else run_dir / "eval"
     try:
-        jobs = _check(args)
+        jobs = _check(args, run_dir)
         check_writable_dir(out, "--out")  # the last check: a refusal leaves no folder behind
     except EnjoyError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
         raise BadInput(str(error)) from None
@@ -79,14 +82,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check(args: argparse.Namespace) -> list[tuple[Any, Path, dict]]:
+def _check(args: argparse.Namespace, run_dir: Path) -> list[tuple[Any, Path, dict]]:
     """Every policy to evaluate with its checkpoint, read before anything plays."""
     if args.episodes < 1:
         raise EnjoyError(f"--episodes must be >= 1, not {args.episodes}")
     if args.envs < 1:
         raise EnjoyError(f"--envs must be >= 1, not {args.envs}")
     check_seeds(args.seed, args.episodes)
-    run_dir = Path(args.run_dir)
     found = learners(run_dir)
     wanted = args.policy or sorted(found)
     for policy in wanted:

@@ -37,6 +37,7 @@ from sfbus_components.commands.enjoy import (
     make_play_env,
     read_checkpoint,
 )
+from sfbus_components.commands.hub import run_directory
 from sfbus_components.commands.outputs import check_writable_file
 from sfbus_components.envs import EnvSpec
 from sfbus_components.envs.spec import ACTION_MASK_KEY
@@ -55,7 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Export a run's policy (newest, best or a given checkpoint) to ONNX: "
                     "observations and RNN state in, action distribution, value and RNN state "
                     "out, normalization folded in, any batch size.")
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory of `sfbus run`")
+    parser.add_argument("run_dir", metavar="RUN_DIR",
+                        help="run directory of `sfbus run`, or hub:user/name")
     parser.add_argument("--onnx", required=True, metavar="OUT.onnx", help="file to write")
     parser.add_argument("--policy", type=int, default=None, metavar="N",
                         help="policy id (default: the run's only policy)")
@@ -74,7 +76,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         except ImportError as error:
             raise EnjoyError(f"sfbus export needs {error.name}: pip install 'sfbus[tools]'"
                              ) from None
-        run_dir = Path(args.run_dir)
+        run_dir = run_directory(args.run_dir)
         params = learner_params(run_dir, args.policy)
         path, state = read_checkpoint(run_dir, params, args.checkpoint)
     except EnjoyError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
