@@ -33,7 +33,6 @@ from sfbus import (
     Actor,
     ActorContext,
     ArraySpec,
-    RateLimitedLog,
     RunLimits,
     RunRecords,
     Seconds,
@@ -44,7 +43,6 @@ from sfbus import (
 from sfbus_components.algo import AppoConfig
 from sfbus_components.datapath.buffers import PolicyWeights, TrajectoryBuffer, policy_array_specs
 from sfbus_components.datapath.messages import (
-    TRAINING_FIGURES,
     BatchReady,
     EpisodeFinished,
     LearnerIdle,
@@ -63,6 +61,7 @@ from sfbus_components.learning.checkpoint_schedule import Kind, LearnerCheckpoin
 from sfbus_components.learning.distributed import Peers, check_supported, group_from_env, join_peers
 from sfbus_components.learning.faults import NumericsGuard, restore_published
 from sfbus_components.learning.heap import keep_freed_memory
+from sfbus_components.learning.training_report import TrainingReport
 from sfbus_components.learning.training_state import TrainingState
 from sfbus_components.models.device import check_device, describe_device, resolve_device
 from sfbus_components.models.policy import build_policy
@@ -70,7 +69,6 @@ from sfbus_components.pbt.member import PopulationMember
 from sfbus_components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
 
 _T = TypeVar("_T")
-_LAG_BUCKETS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 
 
 class Learner(Actor):
@@ -178,26 +176,14 @@ class Learner(Actor):
 
     def __init__(self, name: str, params: Any = None, context: ActorContext | None = None) -> None:
         super().__init__(name, params, context)
-        self.skipped_steps = 0
         self.checkpoints: LearnerCheckpoints | None = None
         """The checkpoint schedule; None without a run directory."""
         self._background: asyncio.Future[Any] | None = None
         self._stopping = False
         self._failed_batches = 0
         self.peers: Peers | None = None
-        self._warn = RateLimitedLog(self.log, 60.0)
-        m = self.metrics
-        self._m_restores = m.counter("good_state_restores",
-                                     "last good states put back after bad updates")
-        self._m_samples = m.counter("samples", "samples (agent steps) trained on")
-        self._m_skipped = m.counter("skipped_steps", "steps skipped: non-finite loss or gradient")
-        self._m_checkpoint_failures = m.counter("checkpoint_failures",
-                                                "periodic checkpoints that could not be written")
-        self._m_lag = m.histogram("policy_lag", "mean policy lag of each trained trajectory",
-                                  _LAG_BUCKETS)
-        self._m_gauges = {key: m.gauge(key, f"{figure.doc}, last batch")
-                          for key, figure in TRAINING_FIGURES.items()}
-        self._m_gauges["version"] = m.gauge("version", "published weights version")
+        self.report = TrainingReport(self.metrics, self.log, name, self.params.policy)
+        """Metrics, warnings and the ``TrainingStats`` of each trained batch."""
 
     @classmethod
     def shared_arrays(cls, name: str, params: Any, topology: Topology,
@@ -222,7 +208,7 @@ class Learner(Actor):
         self.population = PopulationMember(p.policy, self.training, self.config_fingerprint(),
                                            run_dir, self.log, self.name)
         self._numerics = NumericsGuard(self.training, p.max_bad_updates, p.good_state_every,
-                                       self.log, self.name, self._m_restores)
+                                       self.log, self.name, self.report.restores)
         self._restores_reported = 0
         max_frames = None if self.context is None else self.context.limits.max_frames
         if self.context is not None:
@@ -314,7 +300,7 @@ class Learner(Actor):
             try:
                 await self._in_thread(self.save, kinds)
             except Exception as error:  # disk full, folder replaced: retried at the next interval
-                self._m_checkpoint_failures.inc()
+                self.report.checkpoint_failures.inc()
                 self.report_failure("checkpoint", error)
 
     def train(self, batch: Batch) -> dict[str, Any]:
@@ -331,7 +317,7 @@ class Learner(Actor):
         version = self.training.version
         self.weights.publish(self.training.policy.published_tensors(), version)
         self.weights_updated.emit(WeightsUpdated(self.params.policy, version))
-        self._m_gauges["version"].set(version)
+        self.report.published(version)
 
     def _report(self, r: dict[str, Any]) -> None:
         appo = self.params.appo
@@ -344,31 +330,7 @@ class Learner(Actor):
         self._restores_reported = self._numerics.restores
         if r["skipped"] < appo.num_epochs * appo.num_batches_per_epoch:  # the weights changed
             self.report_advance("trained batches")
-        if r["skipped"]:
-            self.skipped_steps += r["skipped"]
-            self._m_skipped.inc(r["skipped"])
-            self._warn.warning("skipped", "%s: skipped %d optimizer steps with a non-finite loss "
-                               "or gradient (%d so far)", self.name, r["skipped"],
-                               self.skipped_steps)
-        if r["valid_fraction"] < 0.5:
-            self._warn.warning("invalid", "%s: only %.0f%% of a batch's steps were valid (the rest "
-                               "lagged more than appo.max_policy_lag versions, belonged to "
-                               "another policy or to an inactive agent): learning slows; lower "
-                               "the lag (fewer num_batches_to_accumulate, a faster learner) or "
-                               "raise the limit",
-                               self.name, 100 * r["valid_fraction"])
-        self._m_samples.inc(r["samples"])
-        for lag in r["trajectory_lags"]:
-            self._m_lag.observe(lag)
-        stats = TrainingStats(
-            policy=self.params.policy, version=self.training.version,
-            env_frames=self.training.env_frames,
-            lr=self.training.lr,
-            learner_fps=r["samples"] * self.spec.frameskip / max(r["train_seconds"], 1e-9),
-            samples=r["samples"], **{k: r[k] for k in TRAINING_FIGURES if k in r})
-        for key in TRAINING_FIGURES:
-            self._m_gauges[key].set(getattr(stats, key))
-        self.training_stats.emit(stats)
+        self.training_stats.emit(self.report.stats(r, self.training, self.spec.frameskip))
 
     async def _in_thread(self, fn: Callable[..., _T], *args: Any) -> _T:
         # Shielded so that a stop waits for the thread instead of abandoning it mid-update.
