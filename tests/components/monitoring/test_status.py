@@ -36,6 +36,13 @@ def test_status_line_per_policy() -> None:
                     " | p2 reward 3.00 true 11.00")
 
 
+def test_status_line_shows_the_env_metrics_asked_for() -> None:
+    policies = {"0": {"reward": 1.0, "extra_stats": {"kills": 2.5, "deaths": 1.0}}, "1": {}}
+    assert status_line(10, {}, policies, show_stats=("kills", "hits")) == (
+        "10 frames | fps  | p0 reward 1.00 kills 2.50 | p1")
+    assert "kills" not in status_line(10, {}, policies)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)  # above the run's own limit
 def test_live_status_renders_on_a_terminal(tmp_path: Path) -> None:

@@ -1,0 +1,53 @@
+"""The statistics actor's env metrics: averaged per policy over the reward's episodes, bounded."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from sfbus_components.datapath.messages import EpisodeFinished
+from sfbus_components.monitoring.stats import Stats
+from sfbus_components.sampling.extra_stats import MAX_EXTRA_STATS
+
+
+@pytest.fixture
+async def stats():
+    actor = Stats("stats", Stats.Params(report_every_s=3600.0, average_episodes=3, live="off",
+                                        show_stats=("kills",)))
+    await actor.on_start()
+    yield actor
+    await actor.on_stop()
+
+
+def episode(policy: int, *extra: tuple[str, float]) -> EpisodeFinished:
+    """An episode of return 1 reporting ``extra``."""
+    return EpisodeFinished(policy, 1.0, 4, 4, extra_stats=extra)
+
+
+async def test_averaged_per_policy_over_the_last_episodes(stats: Stats, caplog) -> None:
+    for kills in (1.0, 2.0, 3.0, 4.0):  # the window holds the last 3, as the returns' does
+        stats.on_episode_finished(episode(0, ("kills", kills), ("score", 10 * kills)))
+    stats.on_episode_finished(episode(1, ("kills", 7.0)))
+    assert stats._policy_record(0, stats.policies[0])["extra_stats"] == {"kills": 3.0,
+                                                                        "score": 30.0}
+    assert stats._policy_record(1, stats.policies[1])["extra_stats"] == {"kills": 7.0}
+    with caplog.at_level(logging.INFO):
+        stats.report()
+    line = caplog.records[-1].getMessage()
+    assert "| kills 3.00 |" in line and "score" not in line  # shown on request only
+    assert "| kills 7.00" in line
+
+
+async def test_names_beyond_the_bound_are_dropped_with_one_warning(stats: Stats, caplog) -> None:
+    with caplog.at_level(logging.WARNING):
+        for n in range(MAX_EXTRA_STATS + 5):
+            stats.on_episode_finished(episode(0, (f"stat_{n}", 1.0)))
+    assert len(stats.policies[0].extra) == MAX_EXTRA_STATS
+    record = stats._policy_record(0, stats.policies[0])
+    assert f"stat_{MAX_EXTRA_STATS - 1}" in record["extra_stats"]
+    assert f"stat_{MAX_EXTRA_STATS}" not in record["extra_stats"]
+    assert [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()] == [
+        f"stats: policy 0's envs reported more than {MAX_EXTRA_STATS} names of "
+        f"episode_extra_stats: 'stat_{MAX_EXTRA_STATS}' and later ones are dropped"]
+    assert stats.policies[0].episodes == MAX_EXTRA_STATS + 5  # every episode still counts
