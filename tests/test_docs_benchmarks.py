@@ -122,3 +122,39 @@ def test_learning_vs_sf_writes_each_env_into_its_topic_file() -> None:
     for env in learning_vs_sf.FAMILIES:
         if (TOPICS / f"{env}_vs_sf.png").exists():
             assert f"\n{learning_vs_sf.section(env)}\n" in text, env
+
+
+# Where the docs and the code cite a benchmark: `docs/benchmarks/gpu.md, "Section"` and the like.
+_CITATION = re.compile(r"docs/(BENCHMARKS\.md|benchmarks/\w+\.(?:md|png))(?:,? \"([^\"]{1,80})\")?")
+CITING = ("README.md", "docs/*.md", "topologies/*.yaml", "bench/*.py", "sfbus/**/*.py",
+          "sfbus_components/**/*.py")
+
+
+def flat(text: str) -> str:
+    """``text`` as one line: line breaks, indents and comment marks between words dropped."""
+    return re.sub(r"\s*\n\s*(?:#+ )?\s*", " ", text)
+
+
+def broken_citations(text: str) -> list[str]:
+    """The citations in ``text`` of a file that does not exist, or of a section it lacks."""
+    bad = []
+    for path, section in _CITATION.findall(flat(text)):
+        target = ROOT / "docs" / path
+        if not target.is_file() or (section and section not in flat(target.read_text())):
+            bad.append(f"docs/{path} {section}".strip())
+    return bad
+
+
+def test_every_citation_of_a_benchmark_names_a_file_and_section_that_exist() -> None:
+    files = sorted({p for pattern in CITING for p in ROOT.glob(pattern)})
+    assert len(files) > 20
+    bad = {str(p.relative_to(ROOT)): broken_citations(p.read_text()) for p in files}
+    assert {name: cites for name, cites in bad.items() if cites} == {}
+
+
+def test_a_citation_of_a_moved_section_is_caught() -> None:
+    assert broken_citations('(docs/BENCHMARKS.md, "Policy lag")') == [
+        "docs/BENCHMARKS.md Policy lag"]
+    assert broken_citations('# measured (docs/benchmarks/learning_vs_sf.md, "Policy\n  # lag")') \
+        == []
+    assert broken_citations("see docs/benchmarks/gone.md") == ["docs/benchmarks/gone.md"]
