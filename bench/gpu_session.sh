@@ -7,7 +7,7 @@
 #   bench/gpu_session.sh table    there, likewise: Table 1 (bench.paper_table --gpu) alone, each
 #                                 case measured over SECONDS_PER_CASE (default 120) after WARMUP
 #                                 (30), QUICK=1 to allow a window under two minutes;
-#                                 docs/BENCHMARKS.md with its section comes back in $OUT
+#                                 docs/benchmarks/paper_table.md with its section comes back in $OUT
 #
 # Everything printed goes to $OUT/session.txt too; the CUDA tests' log is $OUT/tests.txt, py-spy's
 # profiles of the training case $OUT/profile-{inference,learner,rollout.0}.txt (raw format).
@@ -74,7 +74,7 @@ if [ "$1" = table ]; then
     timeout "${TABLE_TIMEOUT:-3000}" python3 -m bench.paper_table --gpu --write-docs \
         --seconds "${SECONDS_PER_CASE:-120}" --warmup "${WARMUP:-30}" ${QUICK:+--quick} 2>&1
     status=$?
-    cp docs/BENCHMARKS.md "$OUT/BENCHMARKS.md"
+    cp docs/benchmarks/paper_table.md "$OUT/paper_table.md"
     exit $status
 fi
 
