@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -23,12 +23,10 @@ from sfbus_components.datapath.messages import TRAINING_FIGURES
 from sfbus_components.envs import EnvSpec
 from sfbus_components.learning.distributed import Peers
 from sfbus_components.learning.faults import NumericsGuard
+from sfbus_components.learning.learner_params import LearnerParams
 from sfbus_components.learning.training_state import TrainingState
 from sfbus_components.monitoring.memory import gpu_memory_mb, process_memory_mb
 from sfbus_components.pbt.member import PopulationMember
-
-if TYPE_CHECKING:
-    from sfbus_components.learning.learner import Learner
 
 Batch = dict[str, Any]
 _IMAGE_STAT_STRIDE = 8
@@ -49,7 +47,7 @@ class AppoUpdate:
         self.max_frames = max_frames
         """The run's --max-frames, which ``lr_schedule: linear_decay`` decays over."""
 
-    def __call__(self, batch: Batch, params: Learner.Params, peers: Peers | None) -> dict[str, Any]:
+    def __call__(self, batch: Batch, params: LearnerParams, peers: Peers | None) -> dict[str, Any]:
         """Train on ``batch`` (``BatchCopy``'s layout, on the host) with ``params``;
         bumps the version. The loss figures, lags and sample counts of the batch."""
         start = time.perf_counter()
@@ -134,7 +132,7 @@ class AppoUpdate:
             trajectory_lags=_row_means(lag, valids), train_seconds=time.perf_counter() - start)
         return result
 
-    def _sgd_step(self, minibatch: Batch, params: Learner.Params, peers: Peers | None,
+    def _sgd_step(self, minibatch: Batch, params: LearnerParams, peers: Peers | None,
                   ) -> tuple[dict[str, float] | None, float | None]:
         """One optimizer step: (loss figures, grad norm), None where non-finite (skipped)."""
         cfg, t = params.appo, self.training
@@ -165,7 +163,7 @@ class AppoUpdate:
         t.optimizer.step()
         return figures, float(grad_norm)
 
-    def _running_figures(self, params: Learner.Params) -> dict[str, float]:
+    def _running_figures(self, params: LearnerParams) -> dict[str, float]:
         """The observation and returns statistics (where kept), each averaged over its
         elements, as Sample Factory's ``obs_running_mean`` and the like report them."""
         t, parts = self.training, {}
