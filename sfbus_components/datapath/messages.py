@@ -205,7 +205,7 @@ class TrainingStats(Message, frozen=True):
     learner_fps: Annotated[float, Figure(
         "perf/learner_fps", "env frames trained on per second of training")] = nan
     memory_mb: Annotated[float, Figure(
-        "stats/memory_learner", "the learner process's resident memory, MB")] = nan
+        "stats/memory_learner", "the learner process's resident memory, MiB")] = nan
     gpu_memory_mb: Annotated[float, Figure(
         "stats/gpu_mem_learner", "GPU memory the learner's tensors hold, MB")] = nan
 
