@@ -17,12 +17,7 @@ from sfbus.messages import Message
 from sfbus.records import RunRecords, record_key
 from sfbus.shm import ArraySpec
 from sfbus.topology import import_actor_class
-from sfbus.topology.model import ActorSpec, Location, ProcessSpec, Topology
-
-
-def instance_name(name: str, replica: int, replicas: int) -> str:
-    """The name of one replica: the plain name when there is one, ``name.i`` otherwise."""
-    return name if replicas == 1 else f"{name}.{replica}"
+from sfbus.topology.model import ActorSpec, Location, ProcessSpec, Topology, instance_name
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sfbus.topology.classes import import_actor_class
 from sfbus.topology.params import Interval, Seconds
 
 RestartPolicy = Literal["always", "on-failure", "never"]
@@ -146,3 +147,31 @@ class Topology:
     settings: dict[str, Any] = field(default_factory=dict)
     run: RunSettings = field(default_factory=RunSettings)
     document: dict[str, Any] = field(default_factory=dict)
+
+    def actors_of(self, cls: type | str) -> tuple[FoundActor, ...]:
+        """Every actor whose class is ``cls`` or a subclass of it (``cls`` may be given as its
+        ``module:Class`` path), in the topology's order; raises an unlocated TopologyError
+        when an import path names no actor class."""
+        base = import_actor_class(cls) if isinstance(cls, str) else cls
+        return tuple(FoundActor(actor, process) for process in self.processes
+                     for actor in process.actors
+                     if issubclass(import_actor_class(actor.class_path), base))
+
+
+@dataclass(frozen=True)
+class FoundActor:
+    """An actor of the topology and the process that hosts it (:meth:`Topology.actors_of`)."""
+
+    spec: ActorSpec
+    process: ProcessSpec
+
+    @property
+    def instances(self) -> tuple[str, ...]:
+        """The names of its running copies, one per replica of its process, in replica order."""
+        return tuple(instance_name(self.spec.name, r, self.process.replicas)
+                     for r in range(self.process.replicas))
+
+
+def instance_name(name: str, replica: int, replicas: int) -> str:
+    """The name of one replica: the plain name when there is one, ``name.i`` otherwise."""
+    return name if replicas == 1 else f"{name}.{replica}"

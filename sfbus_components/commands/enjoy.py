@@ -143,13 +143,11 @@ def learners(run_dir: Path) -> dict[int, Any]:
     snapshot = run_dir / "topology.yaml"
     if not snapshot.is_file():
         raise EnjoyError(f"{run_dir}: not a run directory (no topology.yaml)")
-    from sfbus import import_actor_class, load_topology
+    from sfbus import load_topology
     from sfbus_components.learning.learner import Learner
 
-    topology = load_topology(snapshot)
-    found = {spec.params.policy: spec.params
-             for process in topology.processes for spec in process.actors
-             if issubclass(import_actor_class(spec.class_path), Learner)}
+    found = {learner.spec.params.policy: learner.spec.params
+             for learner in load_topology(snapshot).actors_of(Learner)}
     if not found:
         raise EnjoyError(f"{snapshot}: no learner actor "
                          "(class sfbus_components.learning.learner:Learner)")

@@ -18,6 +18,9 @@ A policy's weights live in ``policy.<id>.weights`` (one flat float32 vector of t
 observation normalizer's state) behind a seqlock counter ``policy.<id>.version``: the learner
 makes it odd while writing, even when done; a reader retries if it saw an odd value or the value
 changed under it. The published version number is ``counter // 2``.
+
+Every shared array of the data path is named by a function of this module and nowhere else
+(``weights_name``, ``pool_name``, ...): the actors, the slot stages and the run record ask here.
 """
 
 from __future__ import annotations
@@ -31,13 +34,73 @@ import torch
 
 from sfbus import ActorContext, ArraySpec, SlotPool
 from sfbus_components.datapath.settings import DataPathParams
-from sfbus_components.datapath.slot_stages import stage_array_specs
 from sfbus_components.envs import EnvSpec, env_spec
 
 Index = int | slice | np.ndarray
 """Slots or steps of a trajectory buffer: one, a range, or an integer array."""
 STEP_FIELDS = ("rnn", "actions", "log_probs", "action_params", "values", "rewards", "dones",
                "time_outs", "versions", "policies", "inactive")
+
+
+def trajectory_field_name(worker: str, field: str) -> str:
+    """The shared array of one field of the trajectory buffer of rollout worker ``worker``."""
+    return f"{worker}.traj.{field}"
+
+
+def requests_name(worker: str) -> str:
+    """The request table of ``worker``: the rows each split's inference request names."""
+    return f"{worker}.requests"
+
+
+def pool_name(worker: str) -> str:
+    """The slot pool of ``worker``'s trajectory buffer."""
+    return f"{worker}.pool"
+
+
+def stage_name(worker: str) -> str:
+    """The stage of each slot of ``worker`` (:mod:`sfbus_components.datapath.slot_stages`)."""
+    return f"{worker}.stage"
+
+
+def stage_meta_name(worker: str) -> str:
+    """The policy and batcher epoch each slot of ``worker`` was submitted with."""
+    return f"{worker}.stage_meta"
+
+
+def weights_name(policy: int) -> str:
+    """The published weights vector of ``policy``."""
+    return f"policy.{policy}.weights"
+
+
+def version_name(policy: int) -> str:
+    """The seqlock counter of the weights of ``policy``."""
+    return f"policy.{policy}.version"
+
+
+def batcher_starts_name(policy: int) -> str:
+    """The count of starts of the batcher of ``policy`` (its epoch is the count - 1)."""
+    return f"policy.{policy}.batcher_starts"
+
+
+def totals_name(stats_actor: str) -> str:
+    """The run's env frames and start time, kept by the statistics actor ``stats_actor``."""
+    return f"{stats_actor}.totals"
+
+
+def stage_array_specs(worker: str, slots: int) -> list[ArraySpec]:
+    """The shared arrays tracking the stage of each of a worker's ``slots`` slots."""
+    return [ArraySpec(stage_name(worker), (slots,), "uint8"),
+            ArraySpec(stage_meta_name(worker), (slots, 2), "int64")]
+
+
+def batcher_starts_spec(policy: int) -> ArraySpec:
+    """The shared counter of the starts of ``policy``'s batcher."""
+    return ArraySpec(batcher_starts_name(policy), (1,), "int64")
+
+
+def totals_spec(stats_actor: str) -> ArraySpec:
+    """The shared totals of the statistics actor ``stats_actor``: env frames, start time."""
+    return ArraySpec(totals_name(stats_actor), (2,), "int64")
 
 
 @dataclass(frozen=True)
@@ -85,11 +148,11 @@ class TrajectoryLayout:
     def array_specs(self, worker: str) -> list[ArraySpec]:
         """Every shared array of worker ``worker``: buffer fields, request table, slot pool and
         the pool's slot stages (see :mod:`sfbus_components.datapath.slot_stages`)."""
-        specs = [ArraySpec(f"{worker}.traj.{name}", shape, dtype)
+        specs = [ArraySpec(trajectory_field_name(worker, name), shape, dtype)
                  for name, (shape, dtype) in self.field_shapes().items()]
-        specs.append(ArraySpec(f"{worker}.requests", (self.splits, self.rows_per_split, 2),
+        specs.append(ArraySpec(requests_name(worker), (self.splits, self.rows_per_split, 2),
                                "int64"))
-        specs.extend(SlotPool.array_specs(f"{worker}.pool", self.slots))
+        specs.extend(SlotPool.array_specs(pool_name(worker), self.slots))
         specs.extend(stage_array_specs(worker, self.slots))  # who holds each slot (recovery)
         return specs
 
@@ -146,11 +209,11 @@ class TrajectoryBuffer:
         self.numpy: dict[str, np.ndarray] = {}
         self.torch: dict[str, torch.Tensor] = {}
         for name in layout.field_shapes():
-            array = context.shared(f"{worker}.traj.{name}")
+            array = context.shared(trajectory_field_name(worker, name))
             self.numpy[name] = array.numpy
             self.torch[name] = array.torch
         self.obs_keys = tuple(layout.spec.observation_space)
-        requests = context.shared(f"{worker}.requests")
+        requests = context.shared(requests_name(worker))
         self.requests = requests.numpy
 
     def obs_numpy(self) -> dict[str, np.ndarray]:
@@ -229,8 +292,8 @@ class SlotSource:
 
 def policy_array_specs(policy: int, num_params: int) -> list[ArraySpec]:
     """The shared arrays that publish the weights of ``policy``."""
-    return [ArraySpec(f"policy.{policy}.weights", (num_params,), "float32"),
-            ArraySpec(f"policy.{policy}.version", (1,), "int64")]
+    return [ArraySpec(weights_name(policy), (num_params,), "float32"),
+            ArraySpec(version_name(policy), (1,), "int64")]
 
 
 def flat_size(tensors: Iterable[torch.Tensor]) -> int:
@@ -247,8 +310,8 @@ class PolicyWeights:
 
     def __init__(self, context: ActorContext, policy: int) -> None:
         self.policy = policy
-        self.weights = context.shared(f"policy.{policy}.weights").torch
-        self.counter = context.shared(f"policy.{policy}.version").numpy
+        self.weights = context.shared(weights_name(policy)).torch
+        self.counter = context.shared(version_name(policy)).numpy
         self.page_locked = False
         """Whether :meth:`page_lock` registered the vector with CUDA in this process."""
 

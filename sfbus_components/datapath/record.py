@@ -7,17 +7,26 @@ weights), ``run.json`` keeps it, and each actor reads it from ``context.records[
 the ``records`` of ``shared_arrays``) instead of deriving it again from the topology. A
 restarted process reads the same record.
 
-The data path's parameters are the rollout actor's (``settings.rollout_actor``): its buffers
-are the data path, and the other actors take the same values from ``settings``.
+The data path's parameters are the rollout actor's: the topology's one
+:class:`TrajectoryWriter` (found by class, :meth:`sfbus.Topology.actors_of`), whose buffers are the
+data path; the other actors take the same values from ``settings``. The shared arrays' names are
+spelled in :mod:`sfbus_components.datapath.buffers` only.
 """
 
 from __future__ import annotations
 
-from sfbus import RunRecord, Topology, instance_name
+from sfbus import Actor, RunRecord, Topology
 from sfbus_components.datapath.buffers import TrajectoryLayout, trajectory_layout
 from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.envs import EnvSpec
 from sfbus_components.models.policy import published_size
+
+
+class TrajectoryWriter(Actor):
+    """The data path's writing side: an actor each of whose replicas fills one trajectory buffer
+    (the rollout worker of :mod:`sfbus_components.sampling`); its ``Params`` are
+    :class:`DataPathParams`. A run's :class:`DataPath` is sized from the topology's one such
+    actor."""
 
 
 class DataPath(RunRecord, frozen=True):
@@ -46,8 +55,7 @@ class DataPath(RunRecord, frozen=True):
     @classmethod
     def from_topology(cls, topology: Topology) -> DataPath:
         """The record of ``topology``'s rollout actor (``ValueError`` when it has none)."""
-        params, workers = _rollout_actor(
-            topology, topology.settings.get("rollout_actor", DataPathParams.rollout_actor))
+        params, workers = _rollout_actor(topology)
         # One model is built for all policies: they share the data path's model (the inference
         # worker serves them all with one network shape).
         size = published_size(params)
@@ -55,12 +63,11 @@ class DataPath(RunRecord, frozen=True):
                    (size,) * params.num_policies)
 
 
-def _rollout_actor(topology: Topology, actor: str) -> tuple[DataPathParams, tuple[str, ...]]:
+def _rollout_actor(topology: Topology) -> tuple[DataPathParams, tuple[str, ...]]:
     """The rollout actor's parameters and its instance names, in worker-index order."""
-    for process in topology.processes:
-        for spec in process.actors:
-            if spec.name == actor and isinstance(spec.params, DataPathParams):
-                return spec.params, tuple(instance_name(actor, r, process.replicas)
-                                          for r in range(process.replicas))
-    raise ValueError(f"the topology has no rollout actor {actor!r} with the data path's "
-                     f"parameters (settings.rollout_actor)")
+    writers = topology.actors_of(TrajectoryWriter)
+    if len(writers) != 1:
+        names = ", ".join(f"'{w.spec.name}'" for w in writers) or "none"
+        raise ValueError(f"the data path takes one rollout actor (a {TrajectoryWriter.__name__}"
+                         f" subclass); the topology has {names}")
+    return writers[0].spec.params, writers[0].instances

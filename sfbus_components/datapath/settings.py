@@ -34,8 +34,6 @@ class DataPathParams:
     data, and this gives the least policy lag."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The actor-critic network."""
-    rollout_actor: str = "rollout"
-    """Name of the rollout-worker actor in the topology (its replicas are the workers)."""
     seed: int = 0
     """Base seed; each worker and environment derives its own from it."""
     num_policies: int = 1

@@ -38,7 +38,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sfbus import ActorContext, ArraySpec, Message, SlotPool
+from sfbus import ActorContext, Message, SlotPool
+from sfbus_components.datapath.buffers import batcher_starts_name, stage_meta_name, stage_name
 
 FREE, FILLING, SUBMITTED, QUEUED, CONSUMED = range(5)
 STAGE_NAMES = ("free", "filling", "submitted", "queued", "consumed")
@@ -51,19 +52,8 @@ class BatcherStarted(Message, frozen=True):
     epoch: int
 
 
-def stage_array_specs(worker: str, slots: int) -> list[ArraySpec]:
-    """The shared arrays tracking the stage of each of a worker's ``slots`` slots."""
-    return [ArraySpec(f"{worker}.stage", (slots,), "uint8"),
-            ArraySpec(f"{worker}.stage_meta", (slots, 2), "int64")]
-
-
-def batcher_starts_spec(policy: int) -> ArraySpec:
-    """The shared counter of the starts of ``policy``'s batcher (its epoch is the count - 1)."""
-    return ArraySpec(f"policy.{policy}.batcher_starts", (1,), "int64")
-
-
 def _stages(context: ActorContext, worker: str) -> np.ndarray | None:
-    name = f"{worker}.stage"
+    name = stage_name(worker)
     return context.shared(name).numpy if name in context.array_specs else None
 
 
@@ -78,7 +68,7 @@ class BatcherEpochs:
         """The epoch of the batcher of ``policy`` that runs now (or will run first)."""
         counter = self._counters.get(policy, ...)
         if counter is ...:
-            name = batcher_starts_spec(policy).name
+            name = batcher_starts_name(policy)
             counter = self._counters[policy] = (self.context.shared(name).numpy
                                                 if name in self.context.array_specs else None)
         return 0 if counter is None else max(int(counter[0]) - 1, 0)
@@ -89,8 +79,8 @@ class WorkerSlots:
 
     def __init__(self, context: ActorContext, worker: str, pool: SlotPool) -> None:
         self.pool = pool
-        self.stage = context.shared(f"{worker}.stage").numpy
-        self.meta = context.shared(f"{worker}.stage_meta").numpy
+        self.stage = context.shared(stage_name(worker)).numpy
+        self.meta = context.shared(stage_meta_name(worker)).numpy
         self.epochs = BatcherEpochs(context)
         self.known: dict[int, int] = {}
         """The newest batcher epoch this worker knows, by policy."""
@@ -189,7 +179,7 @@ class BatcherSlots:
     """A batcher's side: its epoch, and the workers' stage arrays it marks queued."""
 
     def __init__(self, context: ActorContext, policy: int, workers: Sequence[str]) -> None:
-        starts = batcher_starts_spec(policy).name
+        starts = batcher_starts_name(policy)
         self.epoch = 0
         if starts in context.array_specs:
             counter = context.shared(starts).numpy

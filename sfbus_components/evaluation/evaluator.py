@@ -53,8 +53,8 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from sfbus import Actor, Interval, Topology, import_actor_class
-from sfbus_components.datapath.buffers import PolicyWeights, flat_size
+from sfbus import Actor, Interval
+from sfbus_components.datapath.buffers import PolicyWeights, flat_size, totals_name, weights_name
 from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.envs import EnvError, make_env
 from sfbus_components.envs.action_bounds import bound_actions
@@ -98,15 +98,6 @@ class Score:
         if not any(math.isnan(r) for r in self.true_returns):
             record["mean_true_return"] = float(np.mean(self.true_returns))
         return record
-
-
-def stats_totals_name(topology: Topology) -> str | None:
-    """The shared array holding the run's env frames: the statistics actor's totals, if any."""
-    for process in topology.processes:
-        for spec in process.actors:
-            if issubclass(import_actor_class(spec.class_path), Stats):
-                return f"{spec.name}.totals"
-    return None
 
 
 class Evaluator(Actor):
@@ -170,9 +161,11 @@ class Evaluator(Actor):
         self.models = {i: build_policy(p).prepare_for_inference() for i in ids}
         for i in ids:
             if self.weights[i].weights.numel() != flat_size(self.models[i].published_tensors()):
-                raise ValueError(f"policy.{i}.weights does not fit this model: the learner and "
+                raise ValueError(f"{weights_name(i)} does not fit this model: the learner and "
                                  f"the evaluator disagree on env or model settings")
-        totals = stats_totals_name(self.context.table.topology)
+        # the run's env frames, where a statistics actor keeps them
+        stats = self.context.table.topology.actors_of(Stats)
+        totals = totals_name(stats[0].spec.name) if stats else None
         self.totals = (self.context.shared(totals).numpy
                        if totals in self.context.array_specs else None)
         run_dir = self.context.run_dir
@@ -191,7 +184,7 @@ class Evaluator(Actor):
         self._loop_task = self.spawn(self._rounds(), "evaluation rounds")
 
     def _attach(self, policy: int) -> PolicyWeights:
-        if f"policy.{policy}.weights" not in self.context.array_specs:
+        if weights_name(policy) not in self.context.array_specs:
             raise ValueError(f"no learner publishes policy {policy}: nothing to evaluate")
         return PolicyWeights(self.context, policy)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sfbus import Actor, ArraySpec, Interval, RateLimitedLog, RunRecords, Topology, slot
+from sfbus_components.datapath.buffers import totals_name, totals_spec
 from sfbus_components.datapath.messages import (
     TRAINING_FIGURES,
     EpisodeFinished,
@@ -69,14 +70,15 @@ class Stats(Actor):
     def shared_arrays(cls, name: str, params: Any, topology: Topology,
                       records: RunRecords) -> list[ArraySpec]:
         """The run's totals, [frames, start time in monotonic ns], kept across a restart."""
-        return [ArraySpec(f"{name}.totals", (2,), "int64")]
+        return [totals_spec(name)]
 
     async def on_start(self) -> None:
         """Start the report timer (a restarted actor continues the run's frames and clock)."""
         self._warn = RateLimitedLog(self.log)
-        self._totals = (self.context.shared(f"{self.name}.totals").numpy
-                        if self.context is not None
-                        and f"{self.name}.totals" in self.context.array_specs else None)
+        totals = totals_name(self.name)
+        self._totals = (self.context.shared(totals).numpy
+                        if self.context is not None and totals in self.context.array_specs
+                        else None)
         now_ns = time.monotonic_ns()  # the monotonic clock is system-wide: a new process agrees
         if self._totals is not None and self._totals[1] == 0:
             self._totals[1] = now_ns

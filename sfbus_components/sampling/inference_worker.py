@@ -21,7 +21,12 @@ import torch
 from torch import Tensor
 
 from sfbus import Actor, Signal, slot
-from sfbus_components.datapath.buffers import PolicyWeights, TrajectoryBuffer, flat_size
+from sfbus_components.datapath.buffers import (
+    PolicyWeights,
+    TrajectoryBuffer,
+    flat_size,
+    weights_name,
+)
 from sfbus_components.datapath.messages import ActionsReady, InferenceRequest, WeightsUpdated
 from sfbus_components.datapath.record import DataPath
 from sfbus_components.datapath.settings import DataPathParams
@@ -191,7 +196,7 @@ class InferenceWorker(Actor):
             return served
         served.model = build_policy(self.params).prepare_for_inference(
             self.params.packed_weights, self.device, self.params.cuda_graphs)
-        if f"policy.{policy}.weights" not in self.context.array_specs:
+        if weights_name(policy) not in self.context.array_specs:
             # No learner publishes this policy (a sampler benchmark): keep the initial weights.
             self.log.info("no published weights for policy %d; serving initial weights", policy)
             return served
@@ -199,7 +204,7 @@ class InferenceWorker(Actor):
         size = flat_size(served.model.published_tensors())
         if served.weights.weights.numel() != size:
             raise ValueError(
-                f"policy.{policy}.weights holds {served.weights.weights.numel()} floats but this "
+                f"{weights_name(policy)} holds {served.weights.weights.numel()} floats but this "
                 f"model has {size}: the learner and the inference worker "
                 f"disagree on env or model settings")
         if served.weights.version > 0:

@@ -33,8 +33,8 @@ from collections import deque
 
 import numpy as np
 
-from sfbus import Actor, ArraySpec, RateLimitedLog, RunRecords, Signal, Topology, slot
-from sfbus_components.datapath.buffers import TrajectoryBuffer
+from sfbus import ArraySpec, RateLimitedLog, RunRecords, Signal, Topology, slot
+from sfbus_components.datapath.buffers import TrajectoryBuffer, pool_name
 from sfbus_components.datapath.messages import (
     ActionsReady,
     EpisodeFinished,
@@ -43,7 +43,7 @@ from sfbus_components.datapath.messages import (
     SlotsReleased,
     TrajectoryReady,
 )
-from sfbus_components.datapath.record import DataPath
+from sfbus_components.datapath.record import DataPath, TrajectoryWriter
 from sfbus_components.datapath.slot_stages import BatcherStarted
 from sfbus_components.pbt.messages import HyperparamsChanged
 from sfbus_components.sampling.batched_layout import BatchedSplit
@@ -54,7 +54,7 @@ from sfbus_components.sampling.splits import NonBatchedSplit, PopulationSplit, S
 from sfbus_components.sampling.worker_envs import WorkerEnvs
 
 
-class RolloutWorker(Actor):
+class RolloutWorker(TrajectoryWriter):
     """Steps ``num_envs`` envs in ``num_splits`` splits with actions from the inference workers."""
 
     component = "rollout"
@@ -85,7 +85,7 @@ class RolloutWorker(Actor):
         layout = self.context.records[DataPath].layout
         self.spec = layout.spec
         self.buffer = TrajectoryBuffer(self.context, self.name, layout)
-        self.pool = self.context.slot_pool(f"{self.name}.pool", owner=self.name, actor=self.name)
+        self.pool = self.context.slot_pool(pool_name(self.name), owner=self.name, actor=self.name)
         self._rl_log = RateLimitedLog(self.log)
         self.num_agents = na = self.spec.num_agents
         self.rollout = p.rollout

@@ -52,10 +52,12 @@ def test_a_policy_the_run_does_not_train_has_no_weights_size() -> None:
         data_path.weights_size(1)
 
 
-def test_a_topology_without_its_rollout_actor_is_located(tmp_path: Path) -> None:
+def test_a_topology_with_two_rollout_actors_is_located(tmp_path: Path) -> None:
     path = tmp_path / "t.yaml"
     path.write_text(f"extends: {TOPOLOGIES / 'cartpole.yaml'}\n"
-                    "settings: {rollout_actor: workers}\n")
-    with pytest.raises(TopologyError, match="actor 'rollout': the topology has no rollout actor "
-                                            "'workers' with the data path's parameters"):
+                    "processes: {more: {actors: {rollout_b: "
+                    "{class: sfbus_components.sampling.rollout_worker:RolloutWorker}}}}\n")
+    with pytest.raises(TopologyError, match="actor 'rollout': the data path takes one rollout "
+                                            "actor \\(a TrajectoryWriter subclass\\); the "
+                                            "topology has 'rollout', 'rollout_b'"):
         RoutingTable(load_topology(path)).array_specs()
