@@ -38,8 +38,8 @@ MOVED: dict[str, str] = {
     "components.status": "sfbus_components.monitoring.status",
     "components.tensorboard": "sfbus_components.monitoring.tensorboard",
     "components.wandb_sink": "sfbus_components.monitoring.wandb_sink",
-    "components.pbt_learner": "sfbus_components.pbt.member",
-    "components.pbt_messages": "sfbus_components.pbt.messages",
+    "components.pbt_learner": "sfbus_components.learning.population_member",
+    "components.pbt_messages": "sfbus_components.datapath.messages",
     "components.pbt_rules": "sfbus_components.pbt.rules",
     "components.pbt": "sfbus_components.pbt.trainer",
     "components.batched": "sfbus_components.sampling.batched_layout",
@@ -47,4 +47,7 @@ MOVED: dict[str, str] = {
     "components.policy_mapping": "sfbus_components.sampling.policy_mapping",
     "components.rollout_faults": "sfbus_components.sampling.rollout_faults",
     "components.rollout": "sfbus_components.sampling.rollout_worker",
+    # #40 item 1: the learner's population role in learning/, the payloads in the data path
+    "sfbus_components.pbt.member": "sfbus_components.learning.population_member",
+    "sfbus_components.pbt.messages": "sfbus_components.datapath.messages",
 }

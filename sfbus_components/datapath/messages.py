@@ -81,6 +81,14 @@ class WeightsUpdated(Message, frozen=True):
     version: int
 
 
+class BatcherStarted(Message, frozen=True):
+    """The batcher of ``policy`` started as ``epoch``: what older ones held is lost
+    (:mod:`sfbus_components.datapath.slot_stages`)."""
+
+    policy: int
+    epoch: int
+
+
 class EpisodeFinished(Message, frozen=True):
     """An agent finished an episode under ``policy`` (the reward is the env's own, unscaled)."""
 
@@ -108,6 +116,51 @@ class RolloutProgress(Message, frozen=True):
     frames: int
     policy_frames: tuple[int, ...] = ()
     """The same frames by the policy that acted (index = policy id); empty for one policy."""
+
+
+# Population-based training: the PBT actor (sfbus_components.pbt.trainer) to the learners and
+# rollout workers, and the learners back.
+
+
+class HyperparamsChanged(Message, frozen=True):
+    """Every PBT-managed hyperparameter of ``policy`` (the full set, so a repeat is harmless).
+
+    Names are ``appo.<field>`` (the learner's APPO settings, applied to its optimizer too),
+    ``reward_scale`` (learner) and ``reward_shaping.<key>`` (applied by rollout workers to the
+    envs whose agents act with ``policy``). A receiver ignores the names it does not own.
+    """
+
+    policy: int
+    names: tuple[str, ...]
+    values: tuple[float, ...]
+
+
+class ReplacePolicy(Message, frozen=True):
+    """Exchange ``exchange``: ``policy`` takes the weights and training state of ``source``.
+
+    Sent to every learner. The source's learner writes a snapshot (between two training steps);
+    the target's learner waits for it, loads model, optimizer and normalizers together, publishes
+    them as its next version and trains only on steps collected from that version on.
+    """
+
+    policy: int
+    source: int
+    exchange: int
+
+
+class PolicyReplaced(Message, frozen=True):
+    """The learner of ``policy`` now trains the copy of ``source`` (exchange ``exchange``).
+
+    ``version`` is the target's first version with the copied weights; ``source_version`` the
+    source's version that was copied; ``ok`` is False when the snapshot never came.
+    """
+
+    policy: int
+    source: int
+    exchange: int
+    version: int
+    source_version: int
+    ok: bool = True
 
 
 class Figure:

@@ -24,9 +24,9 @@ from sfbus_components.envs import EnvSpec
 from sfbus_components.learning.distributed import Peers
 from sfbus_components.learning.faults import NumericsGuard
 from sfbus_components.learning.learner_params import LearnerParams
+from sfbus_components.learning.population_member import PopulationMember
 from sfbus_components.learning.training_state import TrainingState
 from sfbus_components.monitoring.memory import gpu_memory_mb, process_memory_mb
-from sfbus_components.pbt.member import PopulationMember
 
 Batch = dict[str, Any]
 _IMAGE_STAT_STRIDE = 8

@@ -10,8 +10,9 @@ resumes from the newest (``sfbus run FILE --resume RUN_DIR``).
 What training changes (policy, Adam, normalizers, counters) is one
 :class:`~sfbus_components.learning.training_state.TrainingState` on the device the learner trains
 on; a batch is copied out of shared memory on the host and enters the device in ``train``. The
-learner owns its PBT role as a :class:`~sfbus_components.pbt.member.PopulationMember` and its fault
-handling as a :class:`~sfbus_components.learning.faults.NumericsGuard`, both over that state.
+learner owns its population role as a
+:class:`~sfbus_components.learning.population_member.PopulationMember` and its fault handling as a
+:class:`~sfbus_components.learning.faults.NumericsGuard`, both over that state.
 
 Trajectory length and batch size are the data path's (``rollout``, ``batch_size``); observation
 statistics are updated iff ``model.normalize_input``, and observations always go through the
@@ -41,7 +42,10 @@ from sfbus_components.datapath.buffers import PolicyWeights, TrajectoryBuffer, p
 from sfbus_components.datapath.messages import (
     BatchReady,
     EpisodeFinished,
+    HyperparamsChanged,
     LearnerIdle,
+    PolicyReplaced,
+    ReplacePolicy,
     SlotsReleased,
     TrainingStats,
     WeightsUpdated,
@@ -57,12 +61,11 @@ from sfbus_components.learning.distributed import Peers, check_supported, group_
 from sfbus_components.learning.faults import NumericsGuard, restore_published
 from sfbus_components.learning.heap import keep_freed_memory
 from sfbus_components.learning.learner_params import LearnerParams
+from sfbus_components.learning.population_member import PopulationMember
 from sfbus_components.learning.training_report import TrainingReport
 from sfbus_components.learning.training_state import TrainingState
 from sfbus_components.models.device import describe_device, resolve_device
 from sfbus_components.models.policy import build_policy
-from sfbus_components.pbt.member import PopulationMember
-from sfbus_components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
 
 _T = TypeVar("_T")
 
@@ -285,7 +288,7 @@ class Learner(Actor):
         if self.checkpoints is not None:
             self.checkpoints.on_episode(msg)
 
-    # ----- population-based training (sfbus_components.pbt.member) -------------------------------
+    # ----- population-based training (learning.population_member) --------------------------------
 
     @slot
     async def on_hyperparams_changed(self, msg: HyperparamsChanged) -> None:

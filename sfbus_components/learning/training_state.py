@@ -6,7 +6,7 @@ generator and the counters (version, env frames, training steps, samples). Every
 replaces it goes through it: checkpoints, the numerics guard's last good state
 (:mod:`sfbus_components.learning.faults`), the distributed group's rank-0 state
 (:mod:`sfbus_components.learning.distributed`) and PBT's weight exchange
-(:mod:`sfbus_components.pbt.member`).
+(:mod:`sfbus_components.learning.population_member`).
 
 It lives on one ``torch.device`` (the CPU unless told otherwise). Checkpoints stay
 device-independent: :meth:`TrainingState.state_dict` gives CPU tensors and

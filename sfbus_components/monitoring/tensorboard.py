@@ -37,11 +37,11 @@ from sfbus import Actor, Interval, RateLimitedLog, slot
 from sfbus_components.datapath.messages import (
     TRAINING_FIGURES,
     EpisodeFinished,
+    HyperparamsChanged,
     RolloutProgress,
     TrainingStats,
 )
 from sfbus_components.monitoring.wandb_sink import WandbConfig, WandbSink
-from sfbus_components.pbt.messages import HyperparamsChanged
 
 _FPS_POLICY = 0
 """The policy whose TensorBoard run holds the run-wide frame rate (Sample Factory's default)."""

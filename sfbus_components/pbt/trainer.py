@@ -4,11 +4,11 @@ It listens to every ``EpisodeFinished`` (the objective: mean return of a policy'
 episodes; the env's unshaped score when it reports one; in self-play the win rate of its recent
 matches, whose winners and losers it also counts) and every learner's ``TrainingStats``
 (frames trained per policy, which drive the schedule). The rules are in
-:mod:`sfbus_components.pbt.rules`. A decision sends ``HyperparamsChanged`` (the policy's whole set)
-to the learners and rollout workers, and for an exchange ``ReplacePolicy`` to the learners, which
-make it atomic (see :mod:`sfbus_components.pbt.member`). Each decision is logged with its reason and
-appended to ``RUN_DIR/pbt_history.jsonl``; the state is checkpointed to
-``RUN_DIR/checkpoints/pbt/`` after each decision and resumed from there; hyperparameters, the
+:mod:`sfbus_components.pbt.rules`. A decision sends ``HyperparamsChanged`` (the policy's whole
+set) to the learners and rollout workers, and for an exchange ``ReplacePolicy`` to the learners,
+which make it atomic (see :mod:`sfbus_components.learning.population_member`). Each decision is
+logged with its reason and appended to ``RUN_DIR/pbt_history.jsonl``; the state is checkpointed
+to ``RUN_DIR/checkpoints/pbt/`` after each decision and resumed from there; hyperparameters, the
 objective and counts of mutations and exchanges are Prometheus metrics.
 """
 
@@ -26,12 +26,21 @@ import numpy as np
 
 from sfbus import Actor, Seconds, Signal, Topology, import_actor_class, slot
 from sfbus_components.algo import AppoConfig
-from sfbus_components.datapath.messages import EpisodeFinished, TrainingStats
+from sfbus_components.datapath.messages import (
+    EpisodeFinished,
+    HyperparamsChanged,
+    PolicyReplaced,
+    ReplacePolicy,
+    TrainingStats,
+)
 from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.envs import make_env
 from sfbus_components.learning.checkpoint import load_newest, save_checkpoint
-from sfbus_components.pbt.member import MemberParams, is_population_member, prune_snapshots
-from sfbus_components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
+from sfbus_components.learning.population_member import (
+    MemberParams,
+    is_population_member,
+    prune_snapshots,
+)
 from sfbus_components.pbt.rules import Decision, PbtRules, Population
 
 _STATE_KEYS = ("hyperparams", "last_update", "frames", "returns", "next_exchange", "updates",
@@ -41,7 +50,7 @@ _STATE_KEYS = ("hyperparams", "last_update", "frames", "returns", "next_exchange
 def population_learners(topology: Topology, num_policies: int) -> dict[int, MemberParams]:
     """Each policy's learner parameters; raises unless every policy has exactly one learner
     (an actor that takes weight exchanges:
-    :func:`sfbus_components.pbt.member.is_population_member`)."""
+    :func:`sfbus_components.learning.population_member.is_population_member`)."""
     found: dict[int, list[MemberParams]] = {}
     for process in topology.processes:
         for spec in process.actors:
@@ -54,6 +63,38 @@ def population_learners(topology: Topology, num_policies: int) -> dict[int, Memb
                          f"(num_policies); policies without exactly one: {wrong}, learners of "
                          f"unknown policies: {extra}")
     return {p: params[0] for p, params in found.items()}
+
+
+def env_shaping(params: DataPathParams, mutable: tuple[str, ...]) -> dict[str, float]:
+    """The env's reward shaping: ``env_kwargs['reward_shaping']``, else (only when ``mutable``
+    names a ``reward_shaping.*`` pattern) the env's own defaults."""
+    shaping = params.env_kwargs.get("reward_shaping")
+    if shaping is None and any(m.startswith("reward_shaping.") for m in mutable):
+        env = make_env(params.env, **params.env_kwargs)  # the env's own defaults
+        try:
+            shaping = dict(getattr(env, "reward_shaping", None) or {})
+        finally:
+            env.close()
+    return dict(shaping or {})
+
+
+def initial_hyperparams(mutable: tuple[str, ...], learner: MemberParams,
+                        shaping: dict[str, float]) -> dict[str, float]:
+    """The starting values of every hyperparameter ``mutable`` names, from the policy's learner
+    parameters and the env's reward ``shaping``; raises ``ValueError`` for an unknown name."""
+    values: dict[str, float] = {}
+    for pattern in mutable:
+        if pattern.startswith("reward_shaping."):
+            key = pattern.removeprefix("reward_shaping.")
+            values.update({f"reward_shaping.{k}": float(v) for k, v in shaping.items()
+                           if fnmatch.fnmatchcase(k, key)})
+        elif pattern.startswith("appo.") and hasattr(learner.appo, pattern[5:]):
+            values[pattern] = float(getattr(learner.appo, pattern[5:]))
+        elif pattern == "reward_scale":
+            values[pattern] = float(learner.reward_scale)
+        else:
+            raise ValueError(f"pbt.mutable: unknown hyperparameter {pattern!r}")
+    return values
 
 
 class PopulationTrainer(Actor):
@@ -91,7 +132,9 @@ class PopulationTrainer(Actor):
         p = self.params
         self.started = time.monotonic()
         learners = population_learners(self.context.table.topology, p.num_policies)
-        initial = {policy: self._initial(learners[policy]) for policy in range(p.num_policies)}
+        shaping = env_shaping(p, p.mutable)
+        initial = {policy: initial_hyperparams(p.mutable, learners[policy], shaping)
+                   for policy in range(p.num_policies)}
         rules = PbtRules(**{f.name: getattr(p, f.name) for f in dataclasses.fields(PbtRules)})
         self.population = Population(initial, rules, np.random.default_rng([p.seed, 0x9B7]),
                                      p.objective, p.objective_episodes)
@@ -138,37 +181,6 @@ class PopulationTrainer(Actor):
         self.log.info("%s: %d policies, update every %s frames after %s; mutable %s",
                       self.name, p.num_policies, f"{p.interval:,}", f"{p.start_delay:,}",
                       sorted(initial[0]))
-
-    def _initial(self, learner: MemberParams) -> dict[str, float]:
-        """The policy's starting values of every mutable hyperparameter (``learner``: its
-        learner's parameters)."""
-        values: dict[str, float] = {}
-        shaping = self._env_shaping()
-        for pattern in self.params.mutable:
-            if pattern.startswith("reward_shaping."):
-                key = pattern.removeprefix("reward_shaping.")
-                values.update({f"reward_shaping.{k}": float(v) for k, v in shaping.items()
-                               if fnmatch.fnmatchcase(k, key)})
-            elif pattern.startswith("appo.") and hasattr(learner.appo, pattern[5:]):
-                values[pattern] = float(getattr(learner.appo, pattern[5:]))
-            elif pattern == "reward_scale":
-                values[pattern] = float(learner.reward_scale)
-            else:
-                raise ValueError(f"pbt.mutable: unknown hyperparameter {pattern!r}")
-        return values
-
-    def _env_shaping(self) -> dict[str, float]:
-        if not hasattr(self, "_shaping"):
-            p = self.params
-            shaping = p.env_kwargs.get("reward_shaping")
-            if shaping is None and any(m.startswith("reward_shaping.") for m in p.mutable):
-                env = make_env(p.env, **p.env_kwargs)  # the env's own defaults
-                try:
-                    shaping = dict(getattr(env, "reward_shaping", None) or {})
-                finally:
-                    env.close()
-            self._shaping = dict(shaping or {})
-        return self._shaping
 
     # ----- inputs ----------------------------------------------------------------------------
 

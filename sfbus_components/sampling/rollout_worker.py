@@ -38,6 +38,7 @@ from sfbus_components.datapath.buffers import TrajectoryBuffer, pool_name
 from sfbus_components.datapath.messages import (
     ActionsReady,
     EpisodeFinished,
+    HyperparamsChanged,
     InferenceRequest,
     RolloutProgress,
     SlotsReleased,
@@ -45,7 +46,6 @@ from sfbus_components.datapath.messages import (
 )
 from sfbus_components.datapath.record import DataPath, TrajectoryWriter
 from sfbus_components.datapath.slot_stages import BatcherStarted
-from sfbus_components.pbt.messages import HyperparamsChanged
 from sfbus_components.sampling.batched_layout import BatchedSplit
 from sfbus_components.sampling.policy_mapping import AgentPolicies, load_mapping
 from sfbus_components.sampling.rollout_faults import RolloutFaults

@@ -12,7 +12,7 @@ import torch
 
 from sfbus.topology import load_topology
 from sfbus_components.learning.checkpoint import checkpoint_path, latest_checkpoint, load_checkpoint
-from sfbus_components.pbt.member import snapshot_dir
+from sfbus_components.learning.population_member import snapshot_dir
 from sfbus_components.pbt.trainer import population_learners
 
 TOPOLOGIES = Path(__file__).parents[2] / "topologies"

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from sfbus_components.algo import AppoConfig, appo_loss
+from sfbus_components.learning.population_member import PopulationMember
 from sfbus_components.models import ActorCritic
 from sfbus_components.models.config import ModelConfig
-from sfbus_components.pbt.member import PopulationMember
 
 ROOT = Path(__file__).parents[3]
 

@@ -16,11 +16,11 @@ from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topolog
 from sfbus_components.datapath.messages import (
     TRAINING_FIGURES,
     EpisodeFinished,
+    HyperparamsChanged,
     RolloutProgress,
     TrainingStats,
 )
 from sfbus_components.monitoring.tensorboard import TensorBoardWriter
-from sfbus_components.pbt.messages import HyperparamsChanged
 from tests.kernel.conftest import hosted
 
 

@@ -6,12 +6,18 @@ import torch
 
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
-from sfbus_components.datapath.messages import BatchReady, LearnerIdle, WeightsUpdated
+from sfbus_components.datapath.messages import (
+    BatchReady,
+    HyperparamsChanged,
+    LearnerIdle,
+    PolicyReplaced,
+    ReplacePolicy,
+    WeightsUpdated,
+)
 from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.learning.checkpoint import latest_checkpoint, load_checkpoint
 from sfbus_components.learning.learner import Learner
-from sfbus_components.pbt.member import is_population_member, snapshot_dir
-from sfbus_components.pbt.messages import HyperparamsChanged, PolicyReplaced, ReplacePolicy
+from sfbus_components.learning.population_member import is_population_member, snapshot_dir
 from tests.components.learning.test_learner import (
     APPO,
     BATCH,

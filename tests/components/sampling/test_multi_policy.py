@@ -11,12 +11,11 @@ import torch
 
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
-from sfbus_components.datapath.messages import InferenceRequest
+from sfbus_components.datapath.messages import HyperparamsChanged, InferenceRequest
 from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.envs import register_env
 from sfbus_components.envs.multi_agent import ToyMultiAgentEnv
 from sfbus_components.models import ModelConfig
-from sfbus_components.pbt.messages import HyperparamsChanged
 from sfbus_components.sampling.inference_worker import InferenceWorker
 from sfbus_components.sampling.policy_mapping import trajectory_owners
 from sfbus_components.sampling.rollout_worker import RolloutParams

@@ -16,8 +16,9 @@ during one:
   copied, released and skipped. It keeps its own version counter (inference reloads because the
   version grew) and frame counts. The PBT actor keeps the snapshots of the last few exchanges.
 
-The PBT actor finds the members of a topology by their ``on_replace_policy`` slot
-(:func:`is_population_member`).
+The PBT actor (:mod:`sfbus_components.pbt.trainer`, above learning) finds the members of a
+topology by their ``on_replace_policy`` slot (:func:`is_population_member`); learning never
+imports PBT.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ import torch
 
 from sfbus import Actor
 from sfbus_components.algo import AppoConfig
+from sfbus_components.datapath.messages import ReplacePolicy
 from sfbus_components.learning.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from sfbus_components.learning.training_state import TrainingState
-from sfbus_components.pbt.messages import ReplacePolicy
 
 SNAPSHOT_TIMEOUT_S = 120.0
 """How long a target waits for its source's snapshot (the source writes it after its current
