@@ -50,4 +50,6 @@ MOVED: dict[str, str] = {
     # #40 item 1: the learner's population role in learning/, the payloads in the data path
     "sfbus_components.pbt.member": "sfbus_components.learning.population_member",
     "sfbus_components.pbt.messages": "sfbus_components.datapath.messages",
+    "sfbus_components.datapath.slot_stages:BatcherStarted":
+        "sfbus_components.datapath.messages:BatcherStarted",
 }

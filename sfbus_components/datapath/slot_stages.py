@@ -38,18 +38,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sfbus import ActorContext, Message, SlotPool
+from sfbus import ActorContext, SlotPool
 from sfbus_components.datapath.buffers import batcher_starts_name, stage_meta_name, stage_name
 
 FREE, FILLING, SUBMITTED, QUEUED, CONSUMED = range(5)
 STAGE_NAMES = ("free", "filling", "submitted", "queued", "consumed")
-
-
-class BatcherStarted(Message, frozen=True):
-    """The batcher of ``policy`` started as ``epoch``: what older ones held is lost."""
-
-    policy: int
-    epoch: int
 
 
 def _stages(context: ActorContext, worker: str) -> np.ndarray | None:

@@ -14,10 +14,15 @@ from typing import Any
 
 from sfbus import Actor, ActorContext, ArraySpec, RunRecords, Signal, Topology, slot
 from sfbus_components.datapath.buffers import batcher_starts_spec
-from sfbus_components.datapath.messages import BatchReady, LearnerIdle, TrajectoryReady
+from sfbus_components.datapath.messages import (
+    BatcherStarted,
+    BatchReady,
+    LearnerIdle,
+    TrajectoryReady,
+)
 from sfbus_components.datapath.record import DataPath
 from sfbus_components.datapath.settings import DataPathParams
-from sfbus_components.datapath.slot_stages import BatcherSlots, BatcherStarted
+from sfbus_components.datapath.slot_stages import BatcherSlots
 
 
 class Batcher(Actor):

@@ -37,6 +37,7 @@ from sfbus import ArraySpec, RateLimitedLog, RunRecords, Signal, Topology, slot
 from sfbus_components.datapath.buffers import TrajectoryBuffer, pool_name
 from sfbus_components.datapath.messages import (
     ActionsReady,
+    BatcherStarted,
     EpisodeFinished,
     HyperparamsChanged,
     InferenceRequest,
@@ -45,7 +46,6 @@ from sfbus_components.datapath.messages import (
     TrajectoryReady,
 )
 from sfbus_components.datapath.record import DataPath, TrajectoryWriter
-from sfbus_components.datapath.slot_stages import BatcherStarted
 from sfbus_components.sampling.batched_layout import BatchedSplit
 from sfbus_components.sampling.policy_mapping import AgentPolicies, load_mapping
 from sfbus_components.sampling.rollout_faults import RolloutFaults
