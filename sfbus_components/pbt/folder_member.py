@@ -1,0 +1,317 @@
+"""A run's part in a population across machines: PBT through a shared folder, no central process.
+
+Each member of such a population is an ordinary run (its own processes, its own learner or
+DD-PPO ranks) with one :class:`SharedFolderPbt` actor for its policy. The actor:
+
+- keeps the policy's objective from ``EpisodeFinished`` and its frames from ``TrainingStats``
+  (the in-run PBT's :class:`~sfbus_components.pbt.rules.Population`);
+- every ``publish_every_s`` copies the learner's newest checkpoint
+  (``RUN_DIR/checkpoints/policy_<p>/``) and then its record into ``<folder>/<member>/``
+  (:mod:`sfbus_components.pbt.shared_folder`);
+- every ``interval`` frames decides by itself, with the in-run rules
+  (:func:`~sfbus_components.pbt.rules.decide`), against the members whose records are fresh and
+  who had an objective at equal or fewer frames. To exploit a better member it copies that
+  member's published checkpoint into its run's snapshot folder for a new exchange number and sends
+  its learner ``ReplacePolicy(own policy, FOLDER_SOURCE, exchange)``: the learner takes it as a
+  snapshot written by a source policy (no learner of this run is policy ``FOLDER_SOURCE``, so none
+  writes one) and loads it whole between two training steps; then ``HyperparamsChanged`` with the
+  copied and mutated hyperparameters.
+
+Decisions go to ``RUN_DIR/pbt_history.jsonl`` (as in the in-run PBT, ``member`` and ``peers``
+added); the state to ``RUN_DIR/checkpoints/pbt/``: ``sfbus run ... --resume RUN_DIR`` brings the
+member back with its hyperparameters and schedule, and its next record makes it visible again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import shutil
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sfbus import Actor, Seconds, Signal, slot
+from sfbus_components.datapath.messages import (
+    EpisodeFinished,
+    HyperparamsChanged,
+    PolicyReplaced,
+    ReplacePolicy,
+    TrainingStats,
+)
+from sfbus_components.learning.checkpoint import (
+    checkpoint_path,
+    config_fingerprint,
+    latest_checkpoint,
+    load_newest,
+    save_checkpoint,
+)
+from sfbus_components.learning.population_member import prune_snapshots, snapshot_dir
+from sfbus_components.pbt.rules import Decision, PbtRules, Population, decide, mutate
+from sfbus_components.pbt.shared_folder import (
+    MemberRecord,
+    SharedFolder,
+    objective_at,
+    write_atomically,
+)
+from sfbus_components.pbt.trainer import (
+    PopulationTrainer,
+    env_shaping,
+    initial_hyperparams,
+    population_learners,
+)
+
+FOLDER_SOURCE = -1
+"""The source of a weight exchange from the shared folder: no policy of this run."""
+_STATE_KEYS = ("hyperparams", "last_update", "frames", "returns", "next_exchange", "updates",
+               "rng", "history")
+
+
+def member_name(configured: str, run_dir: str) -> str:
+    """The member's name: ``configured``, else ``task_<SLURM_ARRAY_TASK_ID>`` in a Slurm array
+    job, else the run directory's name."""
+    if configured:
+        return configured
+    task = os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"task_{task}" if task else Path(run_dir).resolve().name
+
+
+class SharedFolderPbt(Actor):
+    """One policy of this run as a member of a population that shares a folder."""
+
+    component = "pbt"
+
+    @dataclass(frozen=True)
+    class Params(PopulationTrainer.Params):
+        """The in-run PBT's settings (schedule, objective, mutable names) plus the folder's."""
+
+        population_folder: str = ""
+        """The folder every member reads and writes (NFS or any shared file system; '': the
+        folder ``population`` beside the run directory, so members whose run directories share
+        a parent share it)."""
+        population_member: str = ""
+        """This member's name ('': ``task_$SLURM_ARRAY_TASK_ID``, else the run dir's name)."""
+        policy: int = 0
+        """The policy of this run that is the member."""
+        staleness_s: Seconds = 600.0
+        """A member whose record is older than this is left out (it stopped or crashed)."""
+        publish_every_s: Seconds = 30.0
+        """Seconds between two records (and checkpoint copies) of this member."""
+        history_length: int = 100
+        """(frames, objective) pairs a record keeps, for the peers' ranking at their frames."""
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            if self.history_length < 1:
+                raise ValueError(f"history_length must be >= 1, got {self.history_length}")
+
+    hyperparams_changed = Signal(HyperparamsChanged, "the member's PBT-managed hyperparameters")
+    replace_policy = Signal(ReplacePolicy, "the member copies a peer's checkpoint")
+
+    async def on_start(self) -> None:
+        """Read the initial hyperparameters, resume this run's PBT state, publish, schedule."""
+        p = self.params
+        if self.context.run_dir is None:
+            raise ValueError(f"{self.name}: a population member needs a run directory")
+        self.run_dir = Path(self.context.run_dir)
+        learner = population_learners(self.context.table.topology, p.num_policies)[p.policy]
+        initial = initial_hyperparams(p.mutable, learner, env_shaping(p, p.mutable))
+        rules = PbtRules(**{f.name: getattr(p, f.name) for f in dataclasses.fields(PbtRules)})
+        folder = p.population_folder or self.run_dir.resolve().parent / "population"
+        self.folder = SharedFolder(folder, member_name(p.population_member, str(self.run_dir)),
+                                   p.staleness_s, p.keep_checkpoints)
+        # members share the seed setting: their name makes their draws differ
+        rng = np.random.default_rng([p.seed, zlib.crc32(self.folder.member.encode())])
+        self.population = Population({p.policy: initial}, rules, rng, p.objective,
+                                     p.objective_episodes)
+        self.config = config_fingerprint(p.env, p.model)
+        self.pending: int | None = None
+        """The exchange in flight (its snapshot copied, the learner not done yet)."""
+        self.history: list[tuple[int, float]] = []
+        self.state_dir = self.run_dir / "checkpoints" / "pbt"
+        newest = load_newest(self.state_dir, required=_STATE_KEYS, kind="PBT", log=self.log)
+        if newest is not None:
+            self.population.restore(newest[1])
+            self.history = [(int(f), float(o)) for f, o in newest[1]["history"]]
+            self.log.info("%s: resumed from %s", self.name, newest[0])
+        elif rules.initial_mutation:  # each member starts elsewhere: the population is diverse
+            values = self.population.hyperparams[p.policy]
+            mutations = mutate(values, self.population.defaults[p.policy], rules, rng)
+            self._record({"event": "initial_mutation", "mutations": {
+                n: list(v) for n, v in mutations.items()}, "hyperparams": values})
+        own = self.folder.read_own()
+        self.record = MemberRecord(self.folder.member, 0, None, dict(initial), self.config,
+                                   version=0 if own is None else own.version)
+        self._deciding = False
+        self._announce()
+        await self._publish()
+        self.every(p.publish_every_s, self._publish, "publishing to the population folder")
+        self.log.info("%s: member %r of the population in %s; decides every %s frames",
+                      self.name, self.folder.member, self.folder.folder, f"{p.interval:,}")
+
+    # ----- inputs ----------------------------------------------------------------------------
+
+    @slot
+    def on_episode_finished(self, msg: EpisodeFinished) -> None:
+        """Add an episode of this member's policy to its objective."""
+        self.population.add_episode(msg.policy, msg.episode_return, msg.true_return, msg.win)
+
+    @slot
+    async def on_training_stats(self, msg: TrainingStats) -> None:
+        """Count the policy's frames; decide when due (reads the peers' records)."""
+        policy = self.params.policy
+        if msg.policy != policy:
+            return
+        self.population.frames[policy] = max(self.population.frames[policy], msg.env_frames)
+        if self._deciding or self.pending is not None or not self.population.due(policy):
+            return
+        self._deciding = True
+        try:
+            await self._decide()
+        finally:
+            self._deciding = False
+
+    @slot
+    def on_policy_replaced(self, msg: PolicyReplaced) -> None:
+        """Record the learner's load of a copied checkpoint (or its failure)."""
+        if msg.source != FOLDER_SOURCE or msg.exchange != self.pending:
+            return
+        self.pending = None
+        if msg.ok:  # the old network's episodes no longer describe the policy
+            self.population.returns[self.params.policy].clear()
+        prune_snapshots(self.run_dir, self.params.keep_checkpoints, set())
+        self.log.info("%s: exchange %d %s: the learner now trains the copy as version %d",
+                      self.name, msg.exchange, "done" if msg.ok else "FAILED", msg.version)
+        self._record({"event": "exchange_done" if msg.ok else "exchange_failed",
+                      "exchange": msg.exchange, "version": msg.version})
+
+    # ----- deciding --------------------------------------------------------------------------
+
+    async def _decide(self) -> None:
+        p, policy = self.params, self.params.policy
+        frames = self.population.frames[policy]
+        peers = await asyncio.to_thread(self.folder.peers)
+        own = self.population.objectives().get(policy)
+        comparable = {name: (at, record) for name, record in peers.items()
+                      if record.config == self.config
+                      and (at := objective_at(record, frames)) is not None}
+        names = sorted({self.folder.member, *comparable})
+        ids = {name: i for i, name in enumerate(names)}
+        me = ids[self.folder.member]
+        objectives = {ids[n]: at[1] for n, (at, _) in comparable.items()}
+        if own is not None:
+            objectives[me] = own
+        mine = self.population.hyperparams[policy]
+        hyperparams = {ids[n]: {k: record.hyperparams.get(k, v) for k, v in mine.items()}
+                       for n, (_, record) in comparable.items()}
+        hyperparams[me] = mine
+        decision = decide(me, frames, objectives, hyperparams, self.population.rules,
+                          self.population.rng, defaults=self.population.defaults[policy])
+        if decision.rank is None:
+            return  # no objective yet, or no peer to compare with: again at the next step
+        self.population.last_update[policy] = frames
+        self.population.updates += 1
+        source = None if decision.source is None else names[decision.source]
+        exchange = None
+        if source is not None:
+            exchange = await self._fetch(comparable[source][1])
+            if exchange is None:
+                return  # the peer's checkpoint went away: keep everything until the next time
+        self.population.hyperparams[policy] = dict(decision.hyperparams)
+        if exchange is not None:  # weights first, then hyperparameters, as the in-run PBT
+            self.pending = exchange
+            self.replace_policy.emit(ReplacePolicy(policy, FOLDER_SOURCE, exchange))
+        if decision.changed:
+            self._announce()
+        self._log_decision(decision, names, source, exchange,
+                           {n: at for n, (at, _) in comparable.items()})
+        save_checkpoint(self.state_dir, self.state(), self.population.updates,
+                        p.keep_checkpoints)
+
+    async def _fetch(self, record: MemberRecord) -> int | None:
+        """Copy ``record``'s checkpoint into this run's snapshot folder of a new exchange; its
+        number, None if the file is gone (its member pruned or removed it)."""
+        existing = [int(d.name.removeprefix("exchange_"))
+                    for d in snapshot_dir(self.run_dir, 0).parent.glob("exchange_*")]
+        exchange = max([self.population.next_exchange - 1, *existing]) + 1
+        self.population.next_exchange = exchange + 1
+        source = self.folder.checkpoint_of(record)
+        target = snapshot_dir(self.run_dir, exchange)
+        try:
+            await asyncio.to_thread(_copy_whole, source, checkpoint_path(target, record.version))
+        except OSError as error:
+            self.log.warning("%s: cannot copy member %r's checkpoint %s: %s", self.name,
+                             record.member, source, error)
+            return None
+        return exchange
+
+    # ----- outputs ---------------------------------------------------------------------------
+
+    async def _publish(self) -> None:
+        """Copy the learner's newest checkpoint and write the record (on a thread)."""
+        policy = self.params.policy
+        frames = self.population.frames[policy]
+        objective = self.population.objectives().get(policy)
+        if objective is not None and (not self.history or frames > self.history[-1][0]):
+            self.history = [*self.history, (frames, objective)][-self.params.history_length:]
+        newest = latest_checkpoint(self.run_dir / "checkpoints" / f"policy_{policy}")
+        record = dataclasses.replace(self.record, frames=frames, objective=objective,
+                                     hyperparams=dict(self.population.hyperparams[policy]),
+                                     history=tuple(self.history))
+        try:
+            self.record = await asyncio.to_thread(self.folder.publish, record, newest)
+        except OSError as error:  # the learner pruned it meanwhile, the folder is away: retry
+            self.log.warning("%s: cannot publish to %s: %s", self.name, self.folder.own, error)
+
+    def _announce(self) -> None:
+        values = self.population.hyperparams[self.params.policy]
+        names = tuple(sorted(values))
+        self.hyperparams_changed.emit(HyperparamsChanged(self.params.policy, names,
+                                                         tuple(values[n] for n in names)))
+
+    def _log_decision(self, decision: Decision, names: list[str], source: str | None,
+                      exchange: int | None, peers: dict[str, tuple[int, float]]) -> None:
+        changes = ", ".join(f"{n} {a:.4g} -> {b:.4g}" for n, (a, b) in decision.mutations.items())
+        reason = decision.reason if source is None else decision.reason.replace(
+            f"policy {decision.source}", f"member {source!r}")
+        self.log.info("%s: member %r at %s frames (objective %s): %s%s", self.name,
+                      self.folder.member, f"{decision.frames:,}", f"{decision.objective:.4g}",
+                      reason,
+                      f" ({changes})" if changes else "")
+        self._record({
+            "event": "exchange" if exchange is not None else "mutation" if decision.mutations
+            else "keep", "member": self.folder.member, "frames": decision.frames,
+            "objective": decision.objective, "rank": decision.rank,
+            "population": decision.population, "source": source, "exchange": exchange,
+            "peers": {n: list(at) for n, at in peers.items()}, "reason": reason,
+            "mutations": {n: list(v) for n, v in decision.mutations.items()},
+            "hyperparams": decision.hyperparams})
+
+    def _record(self, entry: dict[str, Any]) -> None:
+        with Path(self.run_dir, "pbt_history.jsonl").open("a") as out:
+            out.write(json.dumps({"time": round(time.time(), 3), **entry}) + "\n")
+
+    def state(self) -> dict[str, Any]:
+        """The member's PBT checkpoint: the population's state and its record's history."""
+        return {**self.population.state(), "history": [list(h) for h in self.history]}
+
+    async def on_stop(self) -> None:
+        """Write the final state and record."""
+        if hasattr(self, "record"):
+            save_checkpoint(self.state_dir, self.state(), self.population.updates,
+                            self.params.keep_checkpoints)
+            await self._publish()
+
+
+def _copy_whole(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` so that ``target`` appears whole (the learner takes the
+    first checkpoint it sees in the snapshot folder)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with source.open("rb") as data:
+        write_atomically(target, lambda out: shutil.copyfileobj(data, out, 1 << 20))
