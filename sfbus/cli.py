@@ -4,7 +4,11 @@ Exit codes: 0 finished, 1 failed at run time, 2 bad input (nothing started), 130
 Commands that need more than the kernel (``enjoy``, ``plot``, ...) register themselves under the
 ``sfbus.commands`` entry-point group, each naming a function ``register(subparsers)`` that adds
 its sub-parser and sets ``func`` (taking the parsed args, returning the exit code); the kernel
-never imports them by name.
+never imports them by name. Options of ``sfbus run`` that only components read (the several
+nodes' ``--nodes``, ...) register the same way under ``sfbus.run_options``: a function
+``register(run_parser)`` adds them and returns what applies them to the parsed arguments before
+the run starts, returning a suffix for a new run directory's name ('' for none) or raising
+``ValueError`` for bad input (exit 2).
 """
 
 from __future__ import annotations
@@ -36,14 +40,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sfbus.launch import run
 
     try:
-        _join_nodes(args)
+        suffix = "".join(apply(args) for apply in args.run_options)
     except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(str(error))}", file=sys.stderr)
         return BAD_INPUT
     overrides = [*(args.set or ()), *([f"seed={args.seed}"] if args.seed is not None else [])]
     return run(args.topology, overrides, run_dir=args.run_dir, resume=args.resume,
                max_seconds=args.max_seconds, max_frames=args.max_frames,
-               metrics_port=args.metrics_port, serial=args.serial)
+               metrics_port=args.metrics_port, serial=args.serial, name_suffix=suffix)
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
@@ -71,34 +75,6 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a TCP port (0..65535; 0 = off)")
     return port
-
-
-def _join_nodes(args: argparse.Namespace) -> int | None:
-    """Check ``--nodes/--node-rank/--master`` and put them in the environment of every process
-    under torchrun's names (a run started by torchrun has them already); returns the rank."""
-    if args.nodes is None:
-        if args.node_rank is not None or args.master is not None:
-            raise ValueError("--node-rank and --master need --nodes")
-        world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        return int(os.environ.get("RANK", "0")) if world_size > 1 else None
-    if args.nodes < 1:
-        raise ValueError(f"--nodes {args.nodes}: must be at least 1")
-    if args.nodes == 1:
-        return None
-    if args.node_rank is None or args.master is None:
-        raise ValueError(f"--nodes {args.nodes} needs --node-rank and --master")
-    rank = args.node_rank
-    if not 0 <= rank < args.nodes:
-        raise ValueError(f"--node-rank {rank}: must be one of 0..{args.nodes - 1}")
-    host, _, port = args.master.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")  # [::1]:29500
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--master {args.master!r}: expected HOST:PORT, e.g. 10.0.0.1:29500")
-    # Only the learners read these (sfbus_components.learning.distributed); the kernel just hands
-    # them down.
-    os.environ.update(WORLD_SIZE=str(args.nodes), RANK=str(rank), LOCAL_RANK="0",
-                      MASTER_ADDR=host, MASTER_PORT=port)
-    return rank
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -183,15 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop after S seconds")
     run.add_argument("--max-frames", type=_positive(int), default=None,
                      help="stop once the actors reported N frames of progress")
-    run.add_argument("--nodes", type=int, default=None,
-                     help="nodes that train the same policy together (torchrun: WORLD_SIZE)")
-    run.add_argument("--node-rank", type=int, default=None,
-                     help="this node's rank, 0..NODES-1 (rank 0 starts the others' weights)")
-    run.add_argument("--master", metavar="HOST:PORT", default=None,
-                     help="address where rank 0 gathers the nodes (a free TCP port)")
     run.add_argument("--serial", action="store_true",
                      help="run every actor on one event loop in this process (debugging)")
-    run.set_defaults(func=cmd_run)
+    run.set_defaults(func=cmd_run, run_options=tuple(
+        entry.load()(run) for entry in entry_points(group="sfbus.run_options")))
 
     validate = sub.add_parser("validate", help="check a topology file",
                               description=cmd_validate.__doc__)

@@ -19,14 +19,16 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
         run_dir: str | os.PathLike[str] | None = None,
         resume: str | os.PathLike[str] | None = None, max_seconds: float | None = None,
         max_frames: int | None = None, metrics_port: int | None = None,
-        serial: bool = False) -> int:
+        serial: bool = False, name_suffix: str = "") -> int:
     """Validate the topology file ``topology`` with ``--set``-style ``overrides``
     (``"key=value"``) and run it to its end; returns the exit code (0 finished, 1 failed at run
     time, 130 interrupted), as ``sfbus run`` with the same arguments.
 
     With ``resume``, the run's own snapshot (its topology and settings as it ran) runs again,
     ``overrides`` changing only what they name (recorded in the run's ``history.jsonl``);
-    ``topology`` may then be None, or must be the same topology.
+    ``topology`` may then be None, or must be the same topology. A new run's directory is named
+    after the topology, with ``name_suffix`` (what a registered run option asks, ``-rank1`` for
+    one of several nodes) and the time.
 
     Call it from the main thread, outside any event loop: the run's processes are started from
     here (with ``serial``, every actor runs on one loop in this process instead). They inherit
@@ -82,9 +84,7 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
                 directory = Path(run_dir)
                 check_run_dir(directory, resume=False)
             else:
-                rank = _node_rank()
-                name = loaded.name if rank is None else f"{loaded.name}-rank{rank}"
-                directory = new_run_dir(_file_name(name))
+                directory = new_run_dir(_file_name(loaded.name + name_suffix))
             lock = RunDirLock(directory)
         try:
             append_history(directory, "resume" if resume else "start", overrides)
@@ -132,14 +132,6 @@ def _check_limits(max_seconds: float | None, max_frames: int | None,
         raise BadInput(f"max_frames {max_frames!r}: must be an integer > 0")
     if metrics_port is not None and not 0 <= metrics_port <= 65535:
         raise BadInput(f"metrics_port {metrics_port}: not a TCP port (0..65535; 0 = off)")
-
-
-def _node_rank() -> int | None:
-    """This node's rank when several nodes train together (torchrun's variables, which the
-    CLI's ``--nodes`` sets), else None."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        return int(os.environ.get("RANK", "0"))
-    return None
 
 
 def _check_given_file(run_dir: Path, file: str, overrides: tuple[str, ...],
