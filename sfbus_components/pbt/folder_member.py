@@ -53,11 +53,12 @@ from sfbus_components.learning.checkpoint import (
     save_checkpoint,
 )
 from sfbus_components.learning.population_member import prune_snapshots, snapshot_dir
-from sfbus_components.pbt.rules import Decision, PbtRules, Population, decide, mutate
+from sfbus_components.pbt.rules import PbtRules, Population, mutate
 from sfbus_components.pbt.shared_folder import (
+    MemberDecision,
     MemberRecord,
     SharedFolder,
-    objective_at,
+    decide_member,
     write_atomically,
 )
 from sfbus_components.pbt.trainer import (
@@ -197,30 +198,19 @@ class SharedFolderPbt(Actor):
         p, policy = self.params, self.params.policy
         frames = self.population.frames[policy]
         peers = await asyncio.to_thread(self.folder.peers)
-        own = self.population.objectives().get(policy)
-        comparable = {name: (at, record) for name, record in peers.items()
-                      if record.config == self.config
-                      and (at := objective_at(record, frames)) is not None}
-        names = sorted({self.folder.member, *comparable})
-        ids = {name: i for i, name in enumerate(names)}
-        me = ids[self.folder.member]
-        objectives = {ids[n]: at[1] for n, (at, _) in comparable.items()}
-        if own is not None:
-            objectives[me] = own
-        mine = self.population.hyperparams[policy]
-        hyperparams = {ids[n]: {k: record.hyperparams.get(k, v) for k, v in mine.items()}
-                       for n, (_, record) in comparable.items()}
-        hyperparams[me] = mine
-        decision = decide(me, frames, objectives, hyperparams, self.population.rules,
-                          self.population.rng, defaults=self.population.defaults[policy])
+        made = decide_member(self.folder.member, frames,
+                             self.population.objectives().get(policy),
+                             self.population.hyperparams[policy], peers, self.config,
+                             self.population.rules, self.population.rng,
+                             self.population.defaults[policy])
+        decision = made.decision
         if decision.rank is None:
             return  # no objective yet, or no peer to compare with: again at the next step
         self.population.last_update[policy] = frames
         self.population.updates += 1
-        source = None if decision.source is None else names[decision.source]
         exchange = None
-        if source is not None:
-            exchange = await self._fetch(comparable[source][1])
+        if made.source is not None:
+            exchange = await self._fetch(made.source)
             if exchange is None:
                 return  # the peer's checkpoint went away: keep everything until the next time
         self.population.hyperparams[policy] = dict(decision.hyperparams)
@@ -229,8 +219,7 @@ class SharedFolderPbt(Actor):
             self.replace_policy.emit(ReplacePolicy(policy, FOLDER_SOURCE, exchange))
         if decision.changed:
             self._announce()
-        self._log_decision(decision, names, source, exchange,
-                           {n: at for n, (at, _) in comparable.items()})
+        self._log_decision(made, exchange)
         save_checkpoint(self.state_dir, self.state(), self.population.updates,
                         p.keep_checkpoints)
 
@@ -275,21 +264,19 @@ class SharedFolderPbt(Actor):
         self.hyperparams_changed.emit(HyperparamsChanged(self.params.policy, names,
                                                          tuple(values[n] for n in names)))
 
-    def _log_decision(self, decision: Decision, names: list[str], source: str | None,
-                      exchange: int | None, peers: dict[str, tuple[int, float]]) -> None:
+    def _log_decision(self, made: MemberDecision, exchange: int | None) -> None:
+        decision = made.decision
         changes = ", ".join(f"{n} {a:.4g} -> {b:.4g}" for n, (a, b) in decision.mutations.items())
-        reason = decision.reason if source is None else decision.reason.replace(
-            f"policy {decision.source}", f"member {source!r}")
         self.log.info("%s: member %r at %s frames (objective %s): %s%s", self.name,
                       self.folder.member, f"{decision.frames:,}", f"{decision.objective:.4g}",
-                      reason,
-                      f" ({changes})" if changes else "")
+                      decision.reason, f" ({changes})" if changes else "")
         self._record({
             "event": "exchange" if exchange is not None else "mutation" if decision.mutations
             else "keep", "member": self.folder.member, "frames": decision.frames,
             "objective": decision.objective, "rank": decision.rank,
-            "population": decision.population, "source": source, "exchange": exchange,
-            "peers": {n: list(at) for n, at in peers.items()}, "reason": reason,
+            "population": decision.population,
+            "source": None if made.source is None else made.source.member, "exchange": exchange,
+            "peers": {n: list(at) for n, at in made.compared.items()}, "reason": decision.reason,
             "mutations": {n: list(v) for n, v in decision.mutations.items()},
             "hyperparams": decision.hyperparams})
 

@@ -31,9 +31,14 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from sfbus_components.pbt.rules import Decision, PbtRules, decide
 
 RECORD = "record.json"
 _TEMP_PREFIX = ".tmp_"
@@ -87,6 +92,41 @@ def objective_at(record: MemberRecord, frames: int) -> tuple[int, float] | None:
     the member had no objective yet at that many frames)."""
     found = [entry for entry in record.history if entry[0] <= frames]
     return max(found) if found else None
+
+
+@dataclass
+class MemberDecision:
+    """A member's update against its peers: the rules' decision, the peer it copies (if any)
+    and the (frames, objective) of each peer it was ranked against."""
+
+    decision: Decision
+    source: MemberRecord | None
+    compared: dict[str, tuple[int, float]]
+
+
+def decide_member(member: str, frames: int, objective: float | None,
+                  hyperparams: dict[str, float], peers: Mapping[str, MemberRecord],
+                  config: Mapping[str, Any], rules: PbtRules, rng: np.random.Generator,
+                  defaults: dict[str, float]) -> MemberDecision:
+    """``member``'s update at ``frames`` with the in-run rules
+    (:func:`~sfbus_components.pbt.rules.decide`), ranked against the ``peers`` with the same
+    ``config`` that had an objective at ``frames`` or fewer, each with its newest such one. A
+    peer's hyperparameters count only for the names this member has (others keep its own)."""
+    compared = {name: at for name, record in peers.items()
+                if record.config == config and (at := objective_at(record, frames)) is not None}
+    names = sorted({member, *compared})  # ids in name order: ties rank the same on every host
+    ids = {name: i for i, name in enumerate(names)}
+    objectives = {ids[name]: at[1] for name, at in compared.items()}
+    if objective is not None:
+        objectives[ids[member]] = objective
+    values = {ids[name]: {k: peers[name].hyperparams.get(k, v) for k, v in hyperparams.items()}
+              for name in compared}
+    values[ids[member]] = dict(hyperparams)
+    decision = decide(ids[member], frames, objectives, values, rules, rng, defaults=defaults)
+    for name, i in ids.items():  # the rules name policies ("copies policy 2 (objective ...")
+        decision.reason = decision.reason.replace(f"policy {i} ", f"member {name!r} ")
+    source = None if decision.source is None else peers[names[decision.source]]
+    return MemberDecision(decision, source, compared)
 
 
 def write_atomically(path: Path, write: Any) -> None:
