@@ -52,4 +52,5 @@ MOVED: dict[str, str] = {
     "sfbus_components.pbt.messages": "sfbus_components.datapath.messages",
     "sfbus_components.datapath.slot_stages:BatcherStarted":
         "sfbus_components.datapath.messages:BatcherStarted",
+    "sfbus_components.algo.normalizers": "sfbus_components.models.normalizers",
 }

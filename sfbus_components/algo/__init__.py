@@ -1,8 +1,7 @@
-"""APPO: V-trace, GAE, PPO losses, normalizers and the combined loss."""
+"""APPO: V-trace, GAE, PPO losses and the combined loss."""
 
 from sfbus_components.algo.appo import appo_loss, gae_targets
 from sfbus_components.algo.gae import gae
-from sfbus_components.algo.normalizers import ObsNormalizer, ReturnsNormalizer, RunningMeanStd
 from sfbus_components.algo.ppo import (
     AppoConfig,
     entropy_loss,
@@ -16,9 +15,6 @@ from sfbus_components.algo.vtrace import vtrace
 
 __all__ = [
     "AppoConfig",
-    "ObsNormalizer",
-    "ReturnsNormalizer",
-    "RunningMeanStd",
     "appo_loss",
     "entropy_loss",
     "gae",

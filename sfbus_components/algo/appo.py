@@ -6,7 +6,6 @@ import torch
 from torch import Tensor
 
 from sfbus_components.algo.gae import gae
-from sfbus_components.algo.normalizers import ReturnsNormalizer
 from sfbus_components.algo.ppo import (
     AppoConfig,
     entropy_loss,
@@ -20,6 +19,7 @@ from sfbus_components.algo.ppo import (
 from sfbus_components.algo.vtrace import vtrace
 from sfbus_components.models.actor_critic import ActorCritic
 from sfbus_components.models.distributions import ActionDistribution
+from sfbus_components.models.normalizers import ReturnsNormalizer
 
 PER_STEP_KEYS = ("actions", "log_probs", "action_params", "values", "rewards", "dones",
                  "time_outs", "policy_versions", "valids")

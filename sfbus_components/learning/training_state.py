@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 
-from sfbus_components.algo import AppoConfig, ReturnsNormalizer
+from sfbus_components.algo import AppoConfig
 from sfbus_components.algo.lamb import Lamb
+from sfbus_components.models.normalizers import ReturnsNormalizer
 from sfbus_components.models.policy import Policy
 
 # The keys of state_dict() beside the learned state, each an integer.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sfbus_components.algo import ObsNormalizer
 from sfbus_components.datapath.buffers import PolicyWeights
 from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.envs import EnvSpec, env_spec
@@ -13,6 +12,7 @@ from sfbus_components.envs.action_bounds import ActionMap
 from sfbus_components.envs.spec import ACTION_MASK_KEY
 from sfbus_components.models import ActorCritic, StepOutput
 from sfbus_components.models.graphed_step import MAX_ROWS, GraphedStep
+from sfbus_components.models.normalizers import ObsNormalizer
 from sfbus_components.models.packed import PackedStep, packable
 
 _CPU = torch.device("cpu")

@@ -8,9 +8,10 @@ import dataclasses
 import pytest
 import torch
 
-from sfbus_components.algo import AppoConfig, ReturnsNormalizer, appo_loss, gae, gae_targets
+from sfbus_components.algo import AppoConfig, appo_loss, gae, gae_targets
 from sfbus_components.models import ModelConfig
 from sfbus_components.models.actor_critic import ActorCritic
+from sfbus_components.models.normalizers import ReturnsNormalizer
 from tests.components.algo.test_ppo import make_batch
 
 GAE = AppoConfig(with_vtrace=False, normalize_returns=False, gamma=0.9, gae_lambda=0.8)

@@ -11,7 +11,6 @@ import torch
 
 from sfbus_components.algo import (
     AppoConfig,
-    ReturnsNormalizer,
     appo_loss,
     gae,
     normalize_advantages,
@@ -20,6 +19,7 @@ from sfbus_components.algo import (
     vtrace,
 )
 from sfbus_components.models import ActorCritic, ModelConfig
+from sfbus_components.models.normalizers import ReturnsNormalizer
 
 EPS = 0.1
 LOW, HIGH = 1.0 / (1.0 + EPS), 1.0 + EPS

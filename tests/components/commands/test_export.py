@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from sfbus.cli import main
-from sfbus_components.algo import ReturnsNormalizer
 from sfbus_components.commands.export import export_onnx
 from sfbus_components.envs import ActionBox, EnvSpec, ObsField
 from sfbus_components.models import ModelConfig
+from sfbus_components.models.normalizers import ReturnsNormalizer
 from sfbus_components.models.policy import Policy
 from tests.components.commands.test_enjoy import make_run
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from sfbus_components.algo import ObsNormalizer
 from sfbus_components.models import ActorCritic, ModelConfig
 from sfbus_components.models.core import Core, GruCore, LstmCore
 from sfbus_components.models.encoders import ResBlock, ResnetImpalaEncoder
+from sfbus_components.models.normalizers import ObsNormalizer
 from sfbus_components.models.packed import packable
 from sfbus_components.models.registry import model_state_size
 

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sfbus_components.algo import ObsNormalizer, ReturnsNormalizer, RunningMeanStd
+from sfbus_components.models.normalizers import ObsNormalizer, ReturnsNormalizer, RunningMeanStd
 
 
 @settings(max_examples=25, deadline=None)
