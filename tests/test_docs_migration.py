@@ -22,7 +22,7 @@ from sfbus.cli import build_parser
 from sfbus.topology import RunSettings, Topology, load_topology
 from sfbus.topology.loader import PROCESS_KEYS
 from sfbus.validation import validate_topology
-from sfbus_components.envs.atari import AtariEnv
+from sfbus_components.envs.atari.game import AtariEnv
 from sfbus_components.envs.doom.game import DoomEnv
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -34,7 +34,7 @@ def adapt(env: Any, name: str) -> MultiAgentEnv:
     if not isinstance(env, gym.Env):
         raise EnvSpecError(f"env {name!r}: its factory returned a {type(env).__qualname__}, not "
                            "a gymnasium.Env or a sfbus_components.envs.MultiAgentEnv")
-    from sfbus_components.envs.gym_adapter import GymEnv
+    from sfbus_components.envs.gym.adapter import GymEnv
 
     try:
         return GymEnv(env)
@@ -48,7 +48,7 @@ def check_env(env: MultiAgentEnv, name: str) -> EnvSpec:
     matches the spec, else raise `EnvSpecError`."""
     # Only a GymEnv wraps a gymnasium env, and it exists only once its module was imported: a
     # Doom or Atari check need not load gymnasium.
-    adapter = sys.modules.get("sfbus_components.envs.gym_adapter")
+    adapter = sys.modules.get("sfbus_components.envs.gym.adapter")
     if adapter is not None and isinstance(env, adapter.GymEnv):
         _check_gym(env.env, name)
     spec = env.spec

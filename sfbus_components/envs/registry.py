@@ -1,15 +1,19 @@
-"""Env names -> factories: `doom_<scenario>`, `doom:<path.cfg>`, `atari_<game>`, `mujoco_<name>`,
-`gym:<EnvId>`, `envpool:<TaskId>`, short names, `pkg.mod:factory`.
+"""Env names -> factories: registered short names, then the families by prefix (`doom_<scenario>`,
+`doom:<path.cfg>`, `atari_<game>`, `mujoco_<name>`, `gym:<EnvId>`, `envpool:<TaskId>`,
+`pettingzoo:<id>`, a user's own), then an import path `pkg.mod:factory`.
 
 Short names come from `register_env` and from the `sfbus.envs` entry points of installed
-packages. A registration reaches every process the registering one starts: its factory's import
-path travels in the `SFBUS_ENVS` environment variable, which child processes inherit.
+packages; families from :data:`FAMILIES`, `register_env_family` and the `sfbus.env_families`
+entry points. A registration reaches every process the registering one starts: its import paths
+travel in the `SFBUS_ENVS` / `SFBUS_ENV_FAMILIES` environment variables, which child processes
+inherit.
 """
 
 from __future__ import annotations
 
-import difflib
+import dataclasses
 import functools
+import importlib
 import json
 import os
 from collections.abc import Callable
@@ -18,28 +22,62 @@ from typing import Any
 
 from sfbus import ImportPathError, import_object
 from sfbus_components.envs.checks import EnvSpecError, adapt, check_env, import_path
+from sfbus_components.envs.family import (
+    EnvFamily,
+    EnvNotInstalledError,
+    UnknownEnvError,
+    unknown_env,
+)
 from sfbus_components.envs.spec import EnvSpec, MultiAgentEnv
 from sfbus_components.envs.vector import BatchedEnv
 
 Factory = Callable[..., Any]
 """Returns a `MultiAgentEnv` or a `gymnasium.Env` (adapted as `gym:<id>` envs are)."""
 
+_ENVS = "sfbus_components.envs"
+# The built-in families by prefix, as import strings so nothing heavy loads until used; each
+# names the extra that installs what it needs (pyproject.toml's optional dependencies).
+FAMILIES: dict[str, EnvFamily] = {
+    "doom_": EnvFamily(f"{_ENVS}.doom.family:resolve_scenario",
+                       "'doom_<scenario>' for VizDoom's and Sample Factory's scenarios",
+                       ("vizdoom", "cv2"), "sfbus[doom]", f"{_ENVS}.doom.family:doom_names"),
+    "doom:": EnvFamily(f"{_ENVS}.doom.family:resolve_cfg",
+                       "'doom:<path.cfg>' for a VizDoom scenario of your own",
+                       ("vizdoom", "cv2"), "sfbus[doom]"),
+    "atari_": EnvFamily(f"{_ENVS}.atari.game:resolve",
+                        "'atari_<game>' for the Atari games of ale-py", ("ale_py", "cv2"),
+                        "sfbus[atari]", f"{_ENVS}.atari.game:atari_names"),
+    "mujoco_": EnvFamily(f"{_ENVS}.mujoco.tasks:resolve",
+                         "'mujoco_<name>' for gymnasium's MuJoCo envs", ("mujoco",),
+                         "sfbus[mujoco]", f"{_ENVS}.mujoco.tasks:mujoco_names"),
+    "gym:": EnvFamily(f"{_ENVS}.gym.adapter:resolve", "'gym:<EnvId>' for any gymnasium id",
+                      ("gymnasium",)),
+    "pettingzoo:": EnvFamily(f"{_ENVS}.pettingzoo.adapter:resolve", "'pettingzoo:<module>' for "
+                             "a PettingZoo parallel env", ("pettingzoo",), "sfbus[multiagent]"),
+    "envpool:": EnvFamily(f"{_ENVS}.envpool.pool:resolve",
+                          "'envpool:<TaskId>' for EnvPool's tasks", ("envpool",),
+                          "sfbus[envpool]"),
+}
+"""Built-in env families: name prefix -> how its names resolve."""
+
 # Short names of built-in envs, as import strings so nothing heavy loads until used.
 _REGISTRY: dict[str, Factory | str] = {
-    "toy_multi_agent": "sfbus_components.envs.multi_agent:make_toy_env",
-    "doom_duel": "sfbus_components.envs.doom.duel:make_doom_duel",
+    "toy_multi_agent": f"{_ENVS}.multi_agent:make_toy_env",
+    "doom_duel": f"{_ENVS}.doom.duel:make_doom_duel",
 }
+_FAMILIES: dict[str, EnvFamily] = {}
+"""Families registered in this process (`register_env_family`)."""
 _SPEC_CACHE: dict[tuple[str, str], EnvSpec] = {}
 CARRIED_ENVS = "SFBUS_ENVS"
 """Environment variable: JSON of the names registered in a launching process -> import paths."""
+CARRIED_FAMILIES = "SFBUS_ENV_FAMILIES"
+"""Environment variable: JSON of the families registered in a launching process, by prefix."""
 ENTRY_POINT_GROUP = "sfbus.envs"
+FAMILY_ENTRY_POINT_GROUP = "sfbus.env_families"
+"""Entry points named by a prefix whose object is an `EnvFamily`."""
 # Names registered here with a factory that no other process can import (a lambda, a function
 # of __main__), with what it is: refused where a run would need it in its other processes.
 _LOCAL_ONLY: dict[str, str] = {}
-
-
-class UnknownEnvError(ValueError):
-    """The caller named an env that no factory provides; the message lists close names."""
 
 
 def register_env(name: str, factory: Factory | str) -> None:
@@ -56,6 +94,18 @@ def register_env(name: str, factory: Factory | str) -> None:
         _LOCAL_ONLY.pop(name, None)
         carried[name] = path
     os.environ[CARRIED_ENVS] = json.dumps(carried)
+
+
+def register_env_family(prefix: str, family: EnvFamily) -> None:
+    """Resolve the env names starting with `prefix` through `family`, as the built-in families
+    are (it takes the place of a built-in of the same prefix), here and in every process this
+    one starts afterwards."""
+    if not prefix or not isinstance(family, EnvFamily):
+        raise TypeError("register_env_family takes a non-empty prefix and an EnvFamily")
+    _FAMILIES[prefix] = family
+    carried = {p: dataclasses.asdict(f) for p, f in _carried_families().items()}
+    carried[prefix] = dataclasses.asdict(family)
+    os.environ[CARRIED_FAMILIES] = json.dumps(carried)
 
 
 def make_env(name: str, **kwargs: Any) -> MultiAgentEnv:
@@ -97,73 +147,56 @@ def env_spec(name: str, **kwargs: Any) -> EnvSpec:
 
 
 def known_envs() -> list[str]:
-    """Registered short names (`register_env`, `sfbus.envs` entry points), every
-    `doom_<scenario>`, `atari_<game>` and `mujoco_<name>`, sorted (`gym:<Id>` not listed)."""
-    from sfbus_components.envs.mujoco import MUJOCO_ENVS
+    """Registered short names (`register_env`, `sfbus.envs` entry points) and the names every
+    family lists whose packages are installed (`doom_<scenario>`, `atari_<game>`, ...), sorted
+    (open-ended families such as `gym:<Id>` list none)."""
+    names = set(_REGISTRY) | set(_carried()) | set(_entry_points())
+    for family in families().values():
+        names.update(_family_names(family))
+    return sorted(names)
 
-    return sorted(set(_REGISTRY) | set(_carried()) | set(_entry_points()) | set(_doom_names())
-                  | set(_atari_names()) | set(MUJOCO_ENVS))
+
+def families() -> dict[str, EnvFamily]:
+    """Every env family by prefix: the built-in ones, then those of `sfbus.env_families` entry
+    points, of the launching process and of this one (a later one replaces an earlier)."""
+    return {**FAMILIES, **_entry_point_families(), **_carried_families(), **_FAMILIES}
 
 
 def _resolve(name: str) -> Factory:
     registered = _registered(name)
     if registered is not None:
         return registered
-    if name.startswith("doom_"):
-        from sfbus_components.envs.doom.game import make_doom_env
-        from sfbus_components.envs.doom.scenarios import doom_scenarios
-
-        scenario = name[len("doom_"):]
-        if scenario not in doom_scenarios():
-            raise UnknownEnvError(_unknown(name, _doom_names()))
-        return lambda **kw: make_doom_env(scenario, **kw)
-    if name.startswith("doom:"):  # a user's own scenario: its .cfg, the .wad it names beside it
-        from sfbus_components.envs.doom.game import make_doom_env
-
-        cfg = name[len("doom:"):]
-        if not cfg.endswith(".cfg"):
-            raise UnknownEnvError(f"env {name!r}: name a VizDoom .cfg file after 'doom:'")
-        return lambda **kw: make_doom_env(cfg, **kw)
-    if name.startswith("atari_"):
-        try:
-            from sfbus_components.envs.atari import atari_games, atari_names, make_atari_env
-        except ImportError as e:
-            raise UnknownEnvError(f"env {name!r} needs ale-py ({e}); pip install ale-py") from e
-        game = name[len("atari_"):]
-        if game not in atari_games():  # unknown game, or its ROM is missing from ale-py
-            raise UnknownEnvError(_unknown(name, atari_names()))
-        return lambda **kw: make_atari_env(game, **kw)
-    if name.startswith("mujoco_"):
-        from sfbus_components.envs.mujoco import MUJOCO_ENVS, make_mujoco_env
-
-        if name not in MUJOCO_ENVS:
-            raise UnknownEnvError(_unknown(name, sorted(MUJOCO_ENVS)))
-        return lambda **kw: make_mujoco_env(name, **kw)
-    if name.startswith("envpool:"):
-        try:
-            from sfbus_components.envs.envpool_env import EnvPoolFactory, envpool_tasks
-        except ImportError as e:
-            raise UnknownEnvError(f"env {name!r} needs envpool ({e}); pip install envpool") from e
-        task = name[len("envpool:"):]
-        if task not in envpool_tasks():
-            raise UnknownEnvError(_unknown(name, [f"envpool:{t}" for t in envpool_tasks()]))
-        return EnvPoolFactory(task)
-    if name.startswith("gym:"):
-        import gymnasium as gym
-
-        from sfbus_components.envs.gym_adapter import make_gym_env
-
-        env_id = name[len("gym:"):]
-        if env_id not in gym.envs.registry:
-            raise UnknownEnvError(_unknown(name, [f"gym:{k}" for k in gym.envs.registry]))
-        return lambda **kw: make_gym_env(env_id, **kw)
-    if name.startswith("pettingzoo:"):
-        from sfbus_components.envs.pettingzoo_adapter import pettingzoo_factory
-
-        return pettingzoo_factory(name[len("pettingzoo:"):])
+    known = families()
+    prefix = max((p for p in known if name.startswith(p)), key=len, default=None)
+    if prefix is not None:
+        return _resolve_in(known[prefix], name)
     if ":" in name:
         return _import(name, name)
-    raise UnknownEnvError(_unknown(name, known_envs()))
+    raise _unknown(name, known)
+
+
+def _resolve_in(family: EnvFamily, name: str) -> Factory:
+    """The factory of env `name` from `family`'s resolver, once its packages import."""
+    for module in family.requires:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            absent = isinstance(error, ModuleNotFoundError) and error.name == module
+            why = "is not installed" if absent else f"fails to import ({error})"
+            raise EnvNotInstalledError(f"env {name!r} needs the package {module}, which {why}: "
+                                       f"pip install '{family.install}'") from None
+    resolve = _import(family.resolve, name)
+    return resolve(name)
+
+
+def _family_names(family: EnvFamily) -> list[str]:
+    """The names `family` lists; none when it lists none or its packages are missing."""
+    if not family.names:
+        return []
+    try:
+        return list(import_object(family.names)())
+    except (ImportError, ImportPathError):  # vizdoom, ale-py, ... missing: nothing to offer
+        return []
 
 
 def _registered(name: str) -> Factory | None:
@@ -187,16 +220,48 @@ def _entry_points() -> dict[str, EntryPoint]:
     return {entry.name: entry for entry in entry_points(group=ENTRY_POINT_GROUP)}
 
 
+@functools.cache
+def _entry_point_families() -> dict[str, EnvFamily]:
+    """The families of installed packages' `sfbus.env_families` entry points, by prefix."""
+    found: dict[str, EnvFamily] = {}
+    for entry in entry_points(group=FAMILY_ENTRY_POINT_GROUP):
+        try:
+            family = entry.load()
+        except (ImportError, AttributeError) as e:
+            raise UnknownEnvError(f"env family {entry.name!r}: its entry point {entry.value!r} "
+                                  f"(group {FAMILY_ENTRY_POINT_GROUP}) cannot be loaded: {e}") \
+                from e
+        if not isinstance(family, EnvFamily):
+            raise UnknownEnvError(f"env family {entry.name!r}: its entry point {entry.value!r} "
+                                  f"is a {type(family).__name__}, not an EnvFamily")
+        found[entry.name] = family
+    return found
+
+
 def _carried() -> dict[str, str]:
     """Names registered by the process that started this one (or by this one), by import path."""
-    text = os.environ.get(CARRIED_ENVS)
+    return _carried_json(CARRIED_ENVS, "env names -> 'module:factory' paths")
+
+
+def _carried_families() -> dict[str, EnvFamily]:
+    """Families registered by the process that started this one (or by this one), by prefix."""
+    carried = _carried_json(CARRIED_FAMILIES, "prefixes -> EnvFamily fields")
+    try:
+        return {prefix: EnvFamily(**{**fields, "requires": tuple(fields.get("requires", ()))})
+                for prefix, fields in carried.items()}
+    except TypeError as error:
+        raise UnknownEnvError(f"environment variable {CARRIED_FAMILIES}: {error}") from None
+
+
+def _carried_json(variable: str, what: str) -> dict[str, Any]:
+    text = os.environ.get(variable)
     try:
         carried = json.loads(text) if text else {}
     except json.JSONDecodeError:
         carried = None
     if not isinstance(carried, dict):
-        raise UnknownEnvError(f"environment variable {CARRIED_ENVS} is not a JSON object of "
-                              f"env names -> 'module:factory' paths: {text!r}")
+        raise UnknownEnvError(f"environment variable {variable} is not a JSON object of "
+                              f"{what}: {text!r}")
     return carried
 
 
@@ -212,31 +277,16 @@ def _import(target: str, name: str) -> Factory:
     return factory
 
 
-def _doom_names() -> list[str]:
-    try:
-        from sfbus_components.envs.doom.scenarios import doom_scenarios
-    except ImportError:  # vizdoom or cv2 missing: no doom envs to offer
-        return []
-    return [f"doom_{s}" for s in doom_scenarios()]
-
-
-def _atari_names() -> list[str]:
-    try:
-        from sfbus_components.envs.atari import atari_names
-    except ImportError:  # ale-py missing: no Atari envs to offer
-        return []
-    return atari_names()
-
-
-def _unknown(name: str, candidates: list[str]) -> str:
-    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    # The 100-odd Atari games would drown the other names: they are named by their pattern.
-    listed = [c for c in candidates if not c.startswith("atari_")] or candidates
-    listed = listed if len(listed) <= 80 else [*close, "..."]
-    return (f"unknown env {name!r}{hint} Known: {', '.join(listed)}; also 'atari_<game>' for "
-            "the Atari games of ale-py, 'doom:<path.cfg>' for a VizDoom scenario of your own, "
-            "'gym:<EnvId>' for any gymnasium id, "
-            "'pettingzoo:<module>' for a PettingZoo parallel env, 'envpool:<TaskId>' for "
-            "EnvPool's tasks and "
-            "'pkg.module:factory' for your own.")
+def _unknown(name: str, known: dict[str, EnvFamily]) -> UnknownEnvError:
+    """An unknown name's error: close names, the short ones and every family's pattern (a
+    family of more than 80 names, as the Atari games, is named by its pattern alone)."""
+    shown = set(_REGISTRY) | set(_carried()) | set(_entry_points())
+    candidates = set(shown)
+    for family in known.values():
+        listed = _family_names(family)
+        candidates.update(listed)
+        if len(listed) <= 80:
+            shown.update(listed)
+    patterns = ", ".join(family.about for family in known.values())
+    return unknown_env(name, sorted(candidates), shown=sorted(shown),
+                       tail=f"; also {patterns} and 'pkg.module:factory' for your own")

@@ -14,7 +14,7 @@ field (``TrajectoryBuffer.at``).
 (:class:`sfbus_components.envs.vector.EnvBatch`) writing straight   into that array and reads the
 actions from it; its ``InferenceRequest`` names ``(block, count,   t)``
   (block = its first slot). The call is a native batch's where the env family has one (EnvPool:
-  :mod:`sfbus_components.envs.envpool_env`, the whole split in one call into C++), else a loop over
+  :mod:`sfbus_components.envs.envpool.pool`, the whole split in one call into C++), else a loop over
   the split's envs (:class:`sfbus_components.envs.vector.VectorEnvs`).
 - The inference side, :class:`BlockServer`, runs the model on views of the array and writes its
   outputs back by slice assignment (one forward pass per request, as Sample Factory's batched

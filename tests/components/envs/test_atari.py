@@ -8,7 +8,7 @@ import pytest
 from ale_py.env import AtariEnv as RawAle
 
 from sfbus_components.envs import UnknownEnvError, env_spec, known_envs, make_env
-from sfbus_components.envs.atari import AtariEnv, atari_games
+from sfbus_components.envs.atari.game import AtariEnv, atari_games
 
 SEED = 3
 FIRE = 1

@@ -18,7 +18,7 @@ import pytest
 from sfbus_components.datapath.buffers import TrajectoryBuffer, trajectory_layout
 from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.envs import env_spec, make_env
-from sfbus_components.envs.envpool_env import EnvPoolBatch
+from sfbus_components.envs.envpool.pool import EnvPoolBatch
 from sfbus_components.envs.vector import VectorEnvs
 from sfbus_components.sampling.batched_layout import BatchedSplit
 from sfbus_components.sampling.rollout_params import RolloutParams

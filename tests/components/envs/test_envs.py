@@ -234,7 +234,7 @@ def test_unknown_env_lists_known_names():
     with pytest.raises(UnknownEnvError, match="has no attribute 'nope'"):
         make_env("sfbus_components.envs.multi_agent:nope")
     with pytest.raises(UnknownEnvError, match=r"not callable \(its type is int\)"):
-        make_env("sfbus_components.envs.atari:_FIRE")
+        make_env("sfbus_components.envs.atari.game:_FIRE")
 
 
 def test_env_spec_validation():

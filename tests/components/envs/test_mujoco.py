@@ -17,7 +17,7 @@ from sfbus_components.envs import (
     make_env,
 )
 from sfbus_components.envs.action_bounds import ActionMap, BoundedActions, bound_actions
-from sfbus_components.envs.mujoco import MUJOCO_ENVS
+from sfbus_components.envs.mujoco.tasks import MUJOCO_ENVS
 from sfbus_components.envs.vector import VectorEnvs
 from sfbus_components.models import ModelConfig
 from sfbus_components.models.policy import Policy

@@ -17,7 +17,7 @@ from gymnasium import spaces
 from mpe2 import simple_spread_v3
 
 from sfbus_components.envs import UnknownEnvError, make_env
-from sfbus_components.envs.pettingzoo_adapter import AgentSpacesError
+from sfbus_components.envs.pettingzoo.adapter import AgentSpacesError
 
 CARTPOLE = Path(__file__).parents[3] / "topologies" / "cartpole.yaml"
 

@@ -15,7 +15,7 @@ from torch.distributions import Categorical, Normal, kl_divergence
 from sfbus_components.algo import AppoConfig, appo_loss
 from sfbus_components.envs import ActionBox, EnvSpec, ObsField
 from sfbus_components.envs.action_bounds import ActionMap
-from sfbus_components.envs.gym_adapter import GymEnv
+from sfbus_components.envs.gym.adapter import GymEnv
 from sfbus_components.models import ActorCritic
 from sfbus_components.models.config import ModelConfig
 from sfbus_components.models.distributions import ActionDistribution, HybridDistribution

@@ -16,7 +16,7 @@ ending step stay as they were. An explicit `reset(env_id)` would not do: under e
 starts a new game where the autoreset only starts the next life.
 
 Atari tasks (those with EnvPool's `episodic_life` setting) are configured like sfbus's own
-`atari_<game>` envs (:mod:`sfbus_components.envs.atari`, Sample Factory's and CleanRL's chain):
+`atari_<game>` envs (:mod:`sfbus_components.envs.atari.game`, Sample Factory's and CleanRL's chain):
 no-op starts, frame skip 4 with max-pool, greyscale 84x84, 4 frames stacked, episodic life, FIRE on
 reset, rewards clipped, no sticky actions, 27000 steps (108000 frames) a game; any of EnvPool's
 settings can be changed through `env_kwargs` under its EnvPool name (`stack_num`, `frame_skip`,
@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from sfbus_components.envs.gym_adapter import _action_space, _obs_field
+from sfbus_components.envs.family import unknown_env
+from sfbus_components.envs.gym.adapter import _action_space, _obs_field
 from sfbus_components.envs.spec import EnvError, EnvSpec, MultiAgentEnv, ObsDict, StepOutput
 from sfbus_components.envs.vector import BatchedEnv, Ended
 
@@ -57,6 +58,14 @@ def envpool_tasks() -> frozenset[str]:
     import envpool
 
     return frozenset(envpool.list_all_envs())
+
+
+def resolve(name: str) -> EnvPoolFactory:
+    """The factory of `envpool:<task>` (the registry's `envpool:` family)."""
+    task = name[len("envpool:"):]
+    if task not in envpool_tasks():
+        raise unknown_env(name, [f"envpool:{t}" for t in sorted(envpool_tasks())])
+    return EnvPoolFactory(task)
 
 
 class EnvPoolFactory:

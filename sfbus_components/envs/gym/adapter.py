@@ -11,12 +11,14 @@ action, one head per Discrete and the Box (the env gets the tuple back in its ow
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from sfbus_components.envs.family import unknown_env
 from sfbus_components.envs.spec import (
     ActionBox,
     EnvSpec,
@@ -174,3 +176,12 @@ def _tuple_action_space(space: spaces.Tuple) -> tuple[tuple[int, ...], ActionBox
 def make_gym_env(env_id: str, seed: int | None = None, **kwargs: Any) -> GymEnv:
     """Create gymnasium env `env_id` (kwargs go to `gymnasium.make`) as a MultiAgentEnv."""
     return GymEnv(gym.make(env_id, **kwargs), seed=seed)
+
+
+def resolve(name: str) -> Callable[..., GymEnv]:
+    """The factory of `gym:<EnvId>`, any id of gymnasium's registry (the registry's `gym:`
+    family)."""
+    env_id = name[len("gym:"):]
+    if env_id not in gym.envs.registry:
+        raise unknown_env(name, [f"gym:{k}" for k in gym.envs.registry])
+    return lambda **kwargs: make_gym_env(env_id, **kwargs)

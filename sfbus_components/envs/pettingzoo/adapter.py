@@ -3,7 +3,7 @@
 
 Agents are the rows of every array in the order of the env's `possible_agents`, fixed for the
 env's life; all of them must share one observation and one action space (as Sample Factory
-requires), converted as `gym:` envs are (`sfbus_components.envs.gym_adapter`).
+requires), converted as `gym:` envs are (`sfbus_components.envs.gym.adapter`).
 
 An agent that leaves before the others (PettingZoo drops it from `agents`) is reported finished on
 the step it leaves (its `terminated`/`truncated` and episode stats). Until the env's episode ends
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from sfbus_components.envs.gym_adapter import GymAction, _action_space, _obs_field
-from sfbus_components.envs.registry import UnknownEnvError
+from sfbus_components.envs.family import UnknownEnvError
+from sfbus_components.envs.gym.adapter import GymAction, _action_space, _obs_field
 from sfbus_components.envs.spec import (
     EnvSpec,
     EpisodeStats,
@@ -147,6 +147,11 @@ def _shared_spaces(env: Any, agents: tuple[str, ...], name: str) -> tuple[Any, A
     return obs_space, env.action_space(first)
 
 
+def resolve(name: str) -> Callable[..., PettingZooEnv]:
+    """The factory of `pettingzoo:<target>` (the registry's `pettingzoo:` family)."""
+    return pettingzoo_factory(name[len(PREFIX):])
+
+
 def pettingzoo_factory(target: str) -> Callable[..., PettingZooEnv]:
     """The factory of env `pettingzoo:<target>`; `UnknownEnvError` if nothing provides it.
 
@@ -155,12 +160,9 @@ def pettingzoo_factory(target: str) -> Callable[..., PettingZooEnv]:
     (`mpe2.simple_spread_v3`), or `pkg.module:factory`, a callable or class returning a
     `ParallelEnv` (the user's own). The factory's keyword arguments go to it, `seed` aside.
     """
+    import pettingzoo  # the registry checked it imports (the multiagent extra)
+
     name = PREFIX + target
-    try:
-        import pettingzoo
-    except ImportError as e:
-        raise UnknownEnvError(f"env {name!r} needs pettingzoo ({e}); pip install pettingzoo") \
-            from e
     if "/" in target:
         make, where = _registered(pettingzoo, target, name), f"PettingZoo's {target!r}"
     else:

@@ -22,12 +22,14 @@ the game's raw score (what papers report), the same info key as VizDoom's unshap
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 
+from sfbus_components.envs.family import unknown_env
 from sfbus_components.envs.spec import (
     EnvSpec,
     EpisodeStats,
@@ -195,3 +197,11 @@ def make_atari_env(game: str, **kwargs: Any) -> AtariEnv:
     """Create Atari `game` (a name after `atari_`, see `atari_games`) with the standard
     preprocessing; kwargs are `AtariEnv`'s settings."""
     return AtariEnv(game, **kwargs)
+
+
+def resolve(name: str) -> Callable[..., AtariEnv]:
+    """The factory of `atari_<game>` (the registry's `atari_` family)."""
+    game = name[len("atari_"):]
+    if game not in atari_games():  # unknown game, or its ROM is missing from ale-py
+        raise unknown_env(name, atari_names())
+    return lambda **kwargs: make_atari_env(game, **kwargs)

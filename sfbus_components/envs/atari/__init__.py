@@ -1,0 +1,1 @@
+"""Atari 2600 games through ale-py (`atari_<game>`; the `atari` extra)."""

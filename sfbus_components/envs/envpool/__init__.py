@@ -1,0 +1,1 @@
+"""EnvPool's batched C++ envs (`envpool:<task>`; the `envpool` extra)."""

@@ -1,0 +1,1 @@
+"""MuJoCo continuous control through gymnasium (`mujoco_<name>`; the `mujoco` extra)."""

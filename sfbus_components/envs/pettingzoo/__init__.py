@@ -1,0 +1,1 @@
+"""PettingZoo parallel envs as `MultiAgentEnv`s (`pettingzoo:<id>`; the `multiagent` extra)."""
