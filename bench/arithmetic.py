@@ -25,12 +25,11 @@ import torch
 from bench import throughput
 from bench.report import write_section
 from sfbus_components.algo import AppoConfig, appo_loss
-from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.datapath.settings import DataPathParams, build_policy
 from sfbus_components.envs import env_spec
 from sfbus_components.learning.heap import keep_freed_memory
 from sfbus_components.models import ActorCritic, ModelConfig
 from sfbus_components.models.normalizers import ObsNormalizer, ReturnsNormalizer
-from sfbus_components.models.policy import build_policy
 
 DOC = "arithmetic.md"
 SECTION = "## Where the time goes: the model's arithmetic"

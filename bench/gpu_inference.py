@@ -18,8 +18,7 @@ import time
 
 import torch
 
-from sfbus_components.datapath.settings import DataPathParams
-from sfbus_components.models.policy import build_policy
+from sfbus_components.datapath.settings import DataPathParams, build_policy
 
 DEFAULT_ROWS = "8,16,32,64,128,256,512,1024,2048,4096"
 MODES = ("eager", "CUDA graphs")

@@ -28,8 +28,8 @@ import torch
 import torch.multiprocessing as mp
 
 from sfbus_components.datapath.buffers import PolicyWeights
-from sfbus_components.datapath.settings import DataPathParams
-from sfbus_components.models.policy import Policy, build_policy
+from sfbus_components.datapath.settings import DataPathParams, build_policy
+from sfbus_components.models.policy import Policy
 
 
 class _Weights(PolicyWeights):

@@ -210,7 +210,7 @@ def build_from_checkpoint(spec: Any, params: Any, state: dict) -> Any:
     """The policy for env ``spec`` with the checkpoint's weights, ready for inference."""
     from sfbus_components.models.policy import Policy
 
-    policy = Policy(spec, params)  # from the env at hand: no second env just to read its spec
+    policy = Policy(spec, params.model)  # from the env at hand: no second env just to read its spec
     policy.load_state_dict(state["policy"])
     return policy.prepare_for_inference()
 

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from sfbus import Actor, RunRecord, Topology
 from sfbus_components.datapath.buffers import TrajectoryLayout, trajectory_layout
-from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.datapath.settings import DataPathParams, published_size
 from sfbus_components.envs import EnvSpec
-from sfbus_components.models.policy import published_size
 
 
 class TrajectoryWriter(Actor):

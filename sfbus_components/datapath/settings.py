@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sfbus_components.envs import env_spec
 from sfbus_components.models import ModelConfig
+from sfbus_components.models.policy import Policy
 from sfbus_components.models.registry import model_state_size
 
 
@@ -82,3 +84,13 @@ class DataPathParams:
     def state_size(self) -> int:
         """Width of the flat RNN state (an LSTM keeps h and c), as the model's core says."""
         return model_state_size(self.model)
+
+
+def build_policy(params: DataPathParams) -> Policy:
+    """A fresh policy for the run's environment and model."""
+    return Policy(env_spec(params.env, **params.env_kwargs), params.model)
+
+
+def published_size(params: DataPathParams) -> int:
+    """Length of the flat weights vector of a policy built from ``params``."""
+    return sum(t.numel() for t in build_policy(params).published_tensors())

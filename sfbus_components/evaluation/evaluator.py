@@ -55,11 +55,10 @@ import torch
 
 from sfbus import Actor, Interval
 from sfbus_components.datapath.buffers import PolicyWeights, flat_size, totals_name, weights_name
-from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.datapath.settings import DataPathParams, build_policy
 from sfbus_components.envs import EnvError, make_env
 from sfbus_components.envs.action_bounds import bound_actions
 from sfbus_components.evaluation.episode_player import EpisodePlayer
-from sfbus_components.models.policy import build_policy
 from sfbus_components.monitoring.stats import Stats
 
 _T = TypeVar("_T")

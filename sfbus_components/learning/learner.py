@@ -51,6 +51,7 @@ from sfbus_components.datapath.messages import (
     WeightsUpdated,
 )
 from sfbus_components.datapath.record import DataPath
+from sfbus_components.datapath.settings import build_policy
 from sfbus_components.datapath.slot_stages import LearnerSlots
 from sfbus_components.envs import env_spec
 from sfbus_components.learning.appo_update import AppoUpdate, Batch
@@ -65,7 +66,6 @@ from sfbus_components.learning.population_member import PopulationMember
 from sfbus_components.learning.training_report import TrainingReport
 from sfbus_components.learning.training_state import TrainingState
 from sfbus_components.models.device import describe_device, resolve_device
-from sfbus_components.models.policy import build_policy
 
 _T = TypeVar("_T")
 

@@ -1,16 +1,20 @@
-"""The policy as the learner trains it and inference workers run it: model plus normalizer."""
+"""The policy as the learner trains it and inference workers run it: model plus normalizer.
+
+Built from the env's spec and the model's config alone; the data path builds the run's
+(:func:`sfbus_components.datapath.settings.build_policy`).
+"""
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import torch
 from torch import nn
 
-from sfbus_components.datapath.buffers import PolicyWeights
-from sfbus_components.datapath.settings import DataPathParams
-from sfbus_components.envs import EnvSpec, env_spec
+from sfbus_components.envs import EnvSpec
 from sfbus_components.envs.action_bounds import ActionMap
 from sfbus_components.envs.spec import ACTION_MASK_KEY
-from sfbus_components.models import ActorCritic, StepOutput
+from sfbus_components.models import ActorCritic, ModelConfig, StepOutput
 from sfbus_components.models.graphed_step import MAX_ROWS, GraphedStep
 from sfbus_components.models.normalizers import ObsNormalizer
 from sfbus_components.models.packed import PackedStep, packable
@@ -18,17 +22,27 @@ from sfbus_components.models.packed import PackedStep, packable
 _CPU = torch.device("cpu")
 
 
+class PublishedWeights(Protocol):
+    """Where a learner publishes a policy's weights (the data path's ``PolicyWeights``)."""
+
+    def read_into(self, tensors: list[torch.Tensor]) -> int:
+        """Copy the newest weights into ``tensors`` (in :meth:`Policy.published_tensors`'
+        order); returns their version."""
+
+    def page_lock(self) -> None:
+        """Pin the weights' pages, so a GPU reads them in one transfer."""
+
+
 class Policy(nn.Module):
     """The actor-critic network and the running observation normalizer it is fed through."""
 
-    def __init__(self, spec: EnvSpec, params: DataPathParams) -> None:
+    def __init__(self, spec: EnvSpec, cfg: ModelConfig) -> None:
         super().__init__()
         if spec.is_continuous:  # refuses a squash onto an unbounded Box, at validation
-            ActionMap(spec, params.model.action_bounds)
+            ActionMap(spec, cfg.action_bounds)
         obs_spec = {k: (f.shape, f.dtype) for k, f in spec.observation_space.items()}
         # normalize_input off means no normalization at all (not even clipping), but for
         # obs_subtract_mean / obs_scale; the action mask is read as it is (> 0 = allowed)
-        cfg = params.model
         self.obs_normalizer = ObsNormalizer(
             {k: v for k, v in obs_spec.items() if k != ACTION_MASK_KEY},
             running=cfg.normalize_input, subtract_mean=cfg.obs_subtract_mean, scale=cfg.obs_scale,
@@ -37,7 +51,7 @@ class Policy(nn.Module):
             obs_spec,
             action_heads=spec.action_heads or None,
             action_dim=spec.box_size or None,
-            cfg=params.model,
+            cfg=cfg,
         )
         self.packed: PackedStep | None = None
         """Set by :meth:`prepare_for_inference` where the model can run on packed weights."""
@@ -72,7 +86,7 @@ class Policy(nn.Module):
                 self.graphed = GraphedStep(self._step, device)
         return self
 
-    def read_weights(self, weights: PolicyWeights) -> int:
+    def read_weights(self, weights: PublishedWeights) -> int:
         """Copy the learner's published weights in (packing them again when packed); returns
         the version read."""
         if self.device.type == "cpu":
@@ -143,13 +157,3 @@ class _PinnedOutputs:
             target.copy_(source, non_blocking=True)
         torch.cuda.current_stream(device).synchronize()
         return StepOutput(*host)
-
-
-def build_policy(params: DataPathParams) -> Policy:
-    """A fresh policy for the run's environment."""
-    return Policy(env_spec(params.env, **params.env_kwargs), params)
-
-
-def published_size(params: DataPathParams) -> int:
-    """Length of the flat weights vector of a policy built from ``params``."""
-    return sum(t.numel() for t in build_policy(params).published_tensors())

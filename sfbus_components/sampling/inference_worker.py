@@ -29,9 +29,9 @@ from sfbus_components.datapath.buffers import (
 )
 from sfbus_components.datapath.messages import ActionsReady, InferenceRequest, WeightsUpdated
 from sfbus_components.datapath.record import DataPath
-from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.datapath.settings import DataPathParams, build_policy
 from sfbus_components.models.device import check_device, describe_device, resolve_device
-from sfbus_components.models.policy import Policy, build_policy
+from sfbus_components.models.policy import Policy
 from sfbus_components.sampling.batched_layout import BlockServer
 
 # Rows per forward pass and seconds per batch: powers of two up to a big sampler's whole fleet,

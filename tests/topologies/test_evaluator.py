@@ -22,12 +22,11 @@ from sfbus.procfs import run_children
 from sfbus.topology import Topology, load_topology
 from sfbus.topology.model import ActorSpec, ProcessSpec
 from sfbus_components.datapath.buffers import PolicyWeights, policy_array_specs
-from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.datapath.settings import DataPathParams, build_policy, published_size
 from sfbus_components.envs import EnvSpec, MultiAgentEnv, ObsField, register_env
 from sfbus_components.envs.spec import EpisodeStats, ObsDict, StepOutput
 from sfbus_components.evaluation.evaluator import Evaluator
 from sfbus_components.models import ModelConfig
-from sfbus_components.models.policy import build_policy, published_size
 from tests.components.monitoring.test_tensorboard import scalars
 from tests.kernel.conftest import hosted
 from tests.kernel.runs import free_port, start_run, wait_for

@@ -17,9 +17,9 @@ from PIL import Image
 from sfbus.cli import main
 from sfbus.topology import load_topology
 from sfbus_components.commands.enjoy import play
+from sfbus_components.datapath.settings import build_policy
 from sfbus_components.envs import EnvSpec, MultiAgentEnv, ObsField, make_env
 from sfbus_components.learning.checkpoint import config_fingerprint, save_checkpoint
-from sfbus_components.models.policy import build_policy
 
 ROOT = Path(__file__).resolve().parents[3]
 EPISODE = re.compile(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import onnxruntime
@@ -31,7 +30,7 @@ HYBRID = replace(MASKED, action_box=ActionBox((-1.0,) * 2, (1.0,) * 2, (2,)))
 def trained_policy(spec: EnvSpec, model: ModelConfig) -> Policy:
     """A policy with random weights and normalizer statistics far from their start."""
     torch.manual_seed(0)
-    policy = Policy(spec, SimpleNamespace(model=model))
+    policy = Policy(spec, model)
     with torch.no_grad():
         for param in policy.model.parameters():
             param.add_(torch.randn_like(param) * 0.05)

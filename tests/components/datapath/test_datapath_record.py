@@ -12,8 +12,8 @@ from sfbus import TopologyError, load_topology
 from sfbus.routing import RoutingTable
 from sfbus_components.datapath.buffers import TrajectoryLayout
 from sfbus_components.datapath.record import DataPath
+from sfbus_components.datapath.settings import published_size
 from sfbus_components.envs.spec import EnvSpec, ObsField
-from sfbus_components.models.policy import published_size
 
 TOPOLOGIES = Path(__file__).parents[3] / "topologies"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -86,8 +85,8 @@ def test_clip_and_squash_are_their_formulas() -> None:
 def test_squash_onto_an_unbounded_box_is_refused_when_the_policy_is_built() -> None:
     spec = box_spec((-math.inf,), (math.inf,))
     with pytest.raises(ValueError, match="squash needs finite action bounds"):
-        Policy(spec, SimpleNamespace(model=ModelConfig(action_bounds="squash")))
-    Policy(spec, SimpleNamespace(model=ModelConfig(action_bounds="clip")))  # clip is fine
+        Policy(spec, ModelConfig(action_bounds="squash"))
+    Policy(spec, ModelConfig(action_bounds="clip"))  # clip is fine
 
 
 def test_a_discrete_env_is_not_wrapped() -> None:

@@ -8,11 +8,10 @@ import pytest
 import torch
 
 from sfbus_components.algo import AppoConfig
-from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.datapath.settings import DataPathParams, build_policy
 from sfbus_components.learning.checkpoint import load_checkpoint, save_checkpoint
 from sfbus_components.learning.training_state import TrainingState
 from sfbus_components.models import ModelConfig
-from sfbus_components.models.policy import build_policy
 
 PARAMS = DataPathParams(env="gym:CartPole-v1", rollout=8, num_envs=4, batch_size=64,
                         model=ModelConfig(core="gru", core_size=16, mlp_layers=(16,)))

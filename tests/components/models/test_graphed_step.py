@@ -8,11 +8,11 @@ import functools
 
 import torch
 
-from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.datapath.settings import DataPathParams, build_policy
 from sfbus_components.models import ModelConfig
 from sfbus_components.models.distributions import ActionDistribution
 from sfbus_components.models.graphed_step import MIN_ROWS, bucket_rows
-from sfbus_components.models.policy import Policy, build_policy
+from sfbus_components.models.policy import Policy
 from tests.devices import CUDA_ONLY
 
 DOOM = DataPathParams(env="doom_basic", model=ModelConfig(hidden=32, core_size=16))

@@ -22,9 +22,9 @@ from sfbus_components.datapath.buffers import (
 )
 from sfbus_components.datapath.messages import ActionsReady, InferenceRequest, WeightsUpdated
 from sfbus_components.datapath.record import DataPath
-from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.datapath.settings import DataPathParams, build_policy
 from sfbus_components.models import ModelConfig
-from sfbus_components.models.policy import Policy, build_policy
+from sfbus_components.models.policy import Policy
 from sfbus_components.models.precision import onednn_has_bf16
 from sfbus_components.sampling.inference_worker import InferenceWorker
 from tests.devices import CUDA_ONLY, DEVICES
