@@ -1,29 +1,32 @@
-"""The kernel's modules import one another without a circle."""
+"""No import circle anywhere in the kernel or the components: the import graph is a hierarchy."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-SFBUS = Path(__file__).resolve().parents[2] / "sfbus"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("sfbus", "sfbus_components")
 
 
-def kernel_modules() -> dict[str, Path]:
-    """Every module of the kernel by dotted name (a package by its own name)."""
+def package_modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
+    """Every module of ``packages`` by dotted name (a package by its own name)."""
     modules = {}
-    for path in SFBUS.rglob("*.py"):
-        parts = path.relative_to(SFBUS.parent).with_suffix("").parts
-        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for package in packages:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return modules
 
 
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """Kernel modules that importing ``name`` runs, from every import in the file.
+    """Modules among ``modules`` that importing ``name`` runs, from every import in the file.
 
     Imports under TYPE_CHECKING and inside functions count: the first is a circle the type
     checker walks, the second one that only waits for its first call. Importing ``a.b.c`` runs
-    the package ``a.b`` too, unless ``name`` lives in it (then it is already running); the root
-    ``sfbus`` is the public facade over everything, so it is left out.
+    the package ``a.b`` too, unless ``name`` lives in it (then it is already running); the roots
+    ``sfbus`` and ``sfbus_components`` are left out (the first is the public facade over
+    everything, the second holds no code).
     """
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
@@ -45,6 +48,12 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 if module in modules and module != name and not name.startswith(module + "."):
                     found.add(module)
     return found
+
+
+def import_graph(packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    """Each module of ``packages`` -> the modules of ``packages`` that importing it runs."""
+    modules = package_modules(packages)
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
 
 
 def find_circle(graph: dict[str, set[str]]) -> list[str]:
@@ -70,14 +79,53 @@ def find_circle(graph: dict[str, set[str]]) -> list[str]:
     return []
 
 
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle of ``graph``, one per group of modules that import one another
+    (a strongly connected component of two or more; Tarjan's algorithm), each as a path back
+    to its start."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def connect(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                connect(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = set()
+            while not group or module not in group:
+                group.add(stack.pop())
+            if len(group) > 1:
+                groups.append(group)
+
+    for module in sorted(graph):
+        if module not in index:
+            connect(module)
+    return sorted(find_circle({m: graph[m] & group for m in group}) for group in groups)
+
+
 def test_find_circle_reports_one() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_circle(graph) == ["a", "b", "c", "a"]
     assert find_circle({"a": {"b"}, "b": set()}) == []
 
 
-def test_the_kernel_has_no_import_circle() -> None:
-    modules = kernel_modules()
-    graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
-    assert "sfbus.topology" in graph["sfbus.routing"]  # the graph sees real imports
-    assert find_circle(graph) == [], " -> ".join(find_circle(graph))
+def test_import_circles_names_every_circle_once() -> None:
+    graph = {"a": {"b"}, "b": {"a", "c"}, "c": {"d"}, "d": {"e"}, "e": {"c"}, "f": {"a", "e"}}
+    assert import_circles(graph) == [["a", "b", "a"], ["c", "d", "e", "c"]]
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_import_circle_in_the_kernel_or_the_components() -> None:
+    graph = import_graph()
+    # the graph sees real imports, in the kernel and in the components
+    assert "sfbus.topology" in graph["sfbus.routing"]
+    assert "sfbus_components.models.actor_critic" in graph["sfbus_components.algo.appo"]
+    circles = import_circles(graph)
+    assert circles == [], "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
