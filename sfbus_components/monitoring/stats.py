@@ -1,7 +1,10 @@
 """The runner's statistics: frame rates, episode returns, policy lag and losses; logs and metrics.
 
 Every ``report_every_s`` it logs one line per run and appends a JSON record to
-``<run_dir>/progress.jsonl`` (what ``sfbus plot`` and the learning-speed figures read).
+``<run_dir>/progress.jsonl`` (what ``sfbus plot`` and the learning-speed figures read): per policy
+the moving means of the last ``average_episodes`` episodes (return, length, true return and each
+number the envs report in ``episode_extra_stats``) and every training figure of the learner's
+last step.
 """
 
 from __future__ import annotations
