@@ -40,7 +40,7 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
     from sfbus.loop import run as run_loop
     from sfbus.routing import RoutingTable
     from sfbus.rundir import RunDirLock, append_history, check_run_dir, new_run_dir
-    from sfbus.seeding import seed_to_draw
+    from sfbus.seeding import seeded
     from sfbus.supervisor import RunOptions, Supervisor
     from sfbus.validation import check_shared_memory, launch_notes, read_topology
 
@@ -65,13 +65,7 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
         elif topology is None:
             raise BadInput("sfbus run: give a topology file, or --resume RUN_DIR")
         else:
-            loaded = read_topology(os.fspath(topology), tuple(overrides))
-            seed = seed_to_draw(loaded)
-            if seed is not None:  # recorded as a --set: in the snapshot that --resume runs
-                overrides = (*overrides, f"seed={seed}")
-                loaded = read_topology(os.fspath(topology), overrides)
-                print(f"note: seed {seed} drawn at random (no seed setting); repeat this run "
-                      f"with --seed {seed}", file=sys.stderr)
+            loaded, overrides = seeded(os.fspath(topology), tuple(overrides))
         for note in launch_notes(loaded):
             print(f"note: {note}", file=sys.stderr)
         _ask_actors(loaded, "check_limits", RunLimits(max_frames, max_seconds))

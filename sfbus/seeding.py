@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import sys
 
 from sfbus.topology.model import Topology
 
@@ -28,3 +29,18 @@ def seed_to_draw(topology: Topology) -> int | None:
                      if dataclasses.is_dataclass(actor.params)
                      for field in dataclasses.fields(actor.params))
     return secrets.randbits(SEED_BITS) if takes_seed else None
+
+
+def seeded(file: str, overrides: tuple[str, ...]) -> tuple[Topology, tuple[str, ...]]:
+    """The new run's topology and overrides: as given, or with a seed drawn now added as
+    ``seed=N`` (said on stderr: the run is repeated with ``--seed N``)."""
+    from sfbus.validation import read_topology
+
+    topology = read_topology(file, overrides)
+    seed = seed_to_draw(topology)
+    if seed is None:
+        return topology, overrides
+    overrides = (*overrides, f"seed={seed}")  # in the snapshot and history: --resume keeps it
+    print(f"note: seed {seed} drawn at random (no seed setting); repeat this run with "
+          f"--seed {seed}", file=sys.stderr)
+    return read_topology(file, overrides), overrides

@@ -34,9 +34,9 @@ FRAMES = 1000
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A short real CartPole run (a thousand frames, the seed drawn at random)."""
+    """A short real CartPole run (a thousand frames; a seed no default has)."""
     run_dir = tmp_path_factory.mktemp("hub") / "run"
-    mean_rewards(run_dir, "gym:CartPole-v1", FRAMES, timeout=120)
+    mean_rewards(run_dir, "gym:CartPole-v1", FRAMES, "seed=4242", timeout=120)
     return run_dir
 
 
@@ -93,6 +93,7 @@ def test_the_folder_is_true_to_the_run(trained_run, pushed, tmp_path, capsys):
     folder, out = pushed
     snapshot = yaml.safe_load((trained_run / "topology.yaml").read_text())
     seed = snapshot["settings"]["seed"]
+    assert seed == 4242
     info = json.loads((folder / "sfbus.json").read_text())
     newest = max((trained_run / "checkpoints" / "policy_0").glob("checkpoint_*.pt"))
     assert info["checkpoint"] == f"checkpoints/policy_0/{newest.name}"  # no best under 100k
