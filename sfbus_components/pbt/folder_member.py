@@ -58,6 +58,7 @@ from sfbus_components.pbt.shared_folder import (
     MemberDecision,
     MemberRecord,
     SharedFolder,
+    add_to_history,
     decide_member,
     write_atomically,
 )
@@ -105,12 +106,13 @@ class SharedFolderPbt(Actor):
         publish_every_s: Seconds = 30.0
         """Seconds between two records (and checkpoint copies) of this member."""
         history_length: int = 100
-        """(frames, objective) pairs a record keeps, for the peers' ranking at their frames."""
+        """(frames, objective) pairs a record keeps, for the peers' ranking at their frames
+        (thinned to span the whole run)."""
 
         def __post_init__(self) -> None:
             super().__post_init__()
-            if self.history_length < 1:
-                raise ValueError(f"history_length must be >= 1, got {self.history_length}")
+            if self.history_length < 2:
+                raise ValueError(f"history_length must be >= 2, got {self.history_length}")
 
     hyperparams_changed = Signal(HyperparamsChanged, "the member's PBT-managed hyperparameters")
     replace_policy = Signal(ReplacePolicy, "the member copies a peer's checkpoint")
@@ -134,12 +136,12 @@ class SharedFolderPbt(Actor):
         self.config = config_fingerprint(p.env, p.model)
         self.pending: int | None = None
         """The exchange in flight (its snapshot copied, the learner not done yet)."""
-        self.history: list[tuple[int, float]] = []
+        self.history: tuple[tuple[int, float], ...] = ()
         self.state_dir = self.run_dir / "checkpoints" / "pbt"
         newest = load_newest(self.state_dir, required=_STATE_KEYS, kind="PBT", log=self.log)
         if newest is not None:
             self.population.restore(newest[1])
-            self.history = [(int(f), float(o)) for f, o in newest[1]["history"]]
+            self.history = tuple((int(f), float(o)) for f, o in newest[1]["history"])
             self.log.info("%s: resumed from %s", self.name, newest[0])
         elif rules.initial_mutation:  # each member starts elsewhere: the population is diverse
             values = self.population.hyperparams[p.policy]
@@ -150,6 +152,10 @@ class SharedFolderPbt(Actor):
         self.record = MemberRecord(self.folder.member, 0, None, dict(initial), self.config,
                                    version=0 if own is None else own.version)
         self._deciding = False
+        self._next_read = 0.0
+        """Monotonic time before which a due decision does not read the folder again."""
+        self.view: set[str] = set()
+        """The peers of the last read (fresh records)."""
         self._announce()
         await self._publish()
         self.every(p.publish_every_s, self._publish, "publishing to the population folder")
@@ -170,8 +176,11 @@ class SharedFolderPbt(Actor):
         if msg.policy != policy:
             return
         self.population.frames[policy] = max(self.population.frames[policy], msg.env_frames)
-        if self._deciding or self.pending is not None or not self.population.due(policy):
+        if self._deciding or self.pending is not None or not self.population.due(policy) \
+                or time.monotonic() < self._next_read:
             return
+        # a decision that waits (no peer yet) retries at most once a second, not every step
+        self._next_read = time.monotonic() + 1.0
         self._deciding = True
         try:
             await self._decide()
@@ -198,6 +207,7 @@ class SharedFolderPbt(Actor):
         p, policy = self.params, self.params.policy
         frames = self.population.frames[policy]
         peers = await asyncio.to_thread(self.folder.peers)
+        self._see(set(peers))
         made = decide_member(self.folder.member, frames,
                              self.population.objectives().get(policy),
                              self.population.hyperparams[policy], peers, self.config,
@@ -222,6 +232,16 @@ class SharedFolderPbt(Actor):
         self._log_decision(made, exchange)
         save_checkpoint(self.state_dir, self.state(), self.population.updates,
                         p.keep_checkpoints)
+
+    def _see(self, peers: set[str]) -> None:
+        """Log and record the members that joined or left this member's view."""
+        joined, left = sorted(peers - self.view), sorted(self.view - peers)
+        self.view = peers
+        if joined or left:
+            self.log.info("%s: members joined %s, left %s (no record for %.0f s); %d in view",
+                          self.name, joined, left, self.params.staleness_s, len(peers))
+            self._record({"event": "view", "joined": joined, "left": left,
+                          "peers": sorted(peers)})
 
     async def _fetch(self, record: MemberRecord) -> int | None:
         """Copy ``record``'s checkpoint into this run's snapshot folder of a new exchange; its
@@ -248,11 +268,12 @@ class SharedFolderPbt(Actor):
         frames = self.population.frames[policy]
         objective = self.population.objectives().get(policy)
         if objective is not None and (not self.history or frames > self.history[-1][0]):
-            self.history = [*self.history, (frames, objective)][-self.params.history_length:]
+            self.history = add_to_history(self.history, (frames, objective),
+                                          self.params.history_length)
         newest = latest_checkpoint(self.run_dir / "checkpoints" / f"policy_{policy}")
         record = dataclasses.replace(self.record, frames=frames, objective=objective,
                                      hyperparams=dict(self.population.hyperparams[policy]),
-                                     history=tuple(self.history))
+                                     history=self.history)
         try:
             self.record = await asyncio.to_thread(self.folder.publish, record, newest)
         except OSError as error:  # the learner pruned it meanwhile, the folder is away: retry

@@ -110,10 +110,12 @@ def decide_member(member: str, frames: int, objective: float | None,
                   defaults: dict[str, float]) -> MemberDecision:
     """``member``'s update at ``frames`` with the in-run rules
     (:func:`~sfbus_components.pbt.rules.decide`), ranked against the ``peers`` with the same
-    ``config`` that had an objective at ``frames`` or fewer, each with its newest such one. A
-    peer's hyperparameters count only for the names this member has (others keep its own)."""
+    ``config`` and a published checkpoint that had an objective at ``frames`` or fewer, each with
+    its newest such one. A peer's hyperparameters count only for the names this member has
+    (others keep its own)."""
     compared = {name: at for name, record in peers.items()
-                if record.config == config and (at := objective_at(record, frames)) is not None}
+                if record.config == config and record.checkpoint is not None
+                and (at := objective_at(record, frames)) is not None}
     names = sorted({member, *compared})  # ids in name order: ties rank the same on every host
     ids = {name: i for i, name in enumerate(names)}
     objectives = {ids[name]: at[1] for name, at in compared.items()}
@@ -127,6 +129,19 @@ def decide_member(member: str, frames: int, objective: float | None,
         decision.reason = decision.reason.replace(f"policy {i} ", f"member {name!r} ")
     source = None if decision.source is None else peers[names[decision.source]]
     return MemberDecision(decision, source, compared)
+
+
+def add_to_history(history: tuple[tuple[int, float], ...], entry: tuple[int, float],
+                   length: int) -> tuple[tuple[int, float], ...]:
+    """``history`` with ``entry`` appended; past ``length`` entries the one whose neighbours are
+    closest in frames is dropped (never the first or the newest), so a short history spans the
+    whole run, evenly, for the peers that are far behind."""
+    history = (*history, entry)
+    if len(history) > max(length, 2):
+        drop = min(range(1, len(history) - 1),
+                   key=lambda i: history[i + 1][0] - history[i - 1][0])
+        history = history[:drop] + history[drop + 1:]
+    return history
 
 
 def write_atomically(path: Path, write: Any) -> None:

@@ -18,6 +18,7 @@ from sfbus_components.pbt.shared_folder import (
     RECORD,
     MemberRecord,
     SharedFolder,
+    add_to_history,
     decide_member,
     objective_at,
 )
@@ -29,10 +30,11 @@ RULES = PbtRules(interval=1000, replace_fraction=0.5, mutation_rate=0.0)
 
 
 def record(member: str, history: list[tuple[int, float]], config: dict = CONFIG,
+           checkpoint: str | None = "checkpoint_000000001.pt",
            **hyperparams: float) -> MemberRecord:
     """A record whose history is ``history`` (its last entry: its frames and objective)."""
     frames, objective = history[-1] if history else (0, None)
-    return MemberRecord(member, frames, objective, {**HP, **hyperparams}, config,
+    return MemberRecord(member, frames, objective, {**HP, **hyperparams}, config, checkpoint,
                         history=tuple(history), written=time.time())
 
 
@@ -71,9 +73,21 @@ def test_a_member_ahead_in_frames_counts_only_with_what_it_had_at_equal_or_fewer
     assert "copies member 'a' (objective 20" in copied.decision.reason
 
 
-def test_a_member_with_another_env_or_model_is_left_out() -> None:
+def test_a_member_with_another_env_or_model_or_no_checkpoint_yet_is_left_out() -> None:
+    assert decide_b({"a": record("a", [(1000, 50.0)])}).compared == {"a": (1000, 50.0)}
     other = record("a", [(1000, 50.0)], config={**CONFIG, "env": "gym:Acrobot-v1"})
     assert decide_b({"a": other}).compared == {}
+    assert decide_b({"a": record("a", [(1000, 50.0)], checkpoint=None)}).compared == {}
+
+
+def test_a_long_history_is_thinned_to_span_the_whole_run() -> None:
+    history: tuple[tuple[int, float], ...] = ()
+    for frames in range(0, 100_000, 100):
+        history = add_to_history(history, (frames, frames / 100), 10)
+        assert len(history) <= 10
+    assert history[0] == (0, 0.0) and history[-1] == (99_900, 999.0)
+    assert [f for f, _ in history] == sorted(f for f, _ in history)
+    assert any(0 < f <= 30_000 for f, _ in history), history  # the early part stays
 
 
 def test_a_member_that_stops_writing_drops_out_and_rejoins_with_its_next_record(
