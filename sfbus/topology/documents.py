@@ -12,7 +12,7 @@ from sfbus.errors import TopologyError
 from sfbus.topology.params import describe_value
 from sfbus.topology.yaml_source import Document, KeyPath, Where, load_yaml, parse_value
 
-TOP_KEYS = ("extends", "name", "settings", "run", "processes", "connections")
+TOP_KEYS = ("extends", "name", "templates", "settings", "run", "processes", "connections")
 
 
 def apply_override(doc: Document, text: str) -> None:

@@ -16,9 +16,9 @@ def render_graph(topology: Topology, fmt: GraphFormat = "mermaid") -> str:
 
     Each process is a subgraph/cluster labelled with its replica count, each actor a node labelled
     with its name and class, each connection an edge labelled ``signal → slot`` (plus ``[any]``
-    for ``mode: any``, also drawn dashed). The copies of a per-policy template are drawn once,
-    under the template's name with the policies it covers, and so are their connections; a plain
-    connection to one copy says which policy. Raises ValueError for an unknown ``fmt``.
+    for ``mode: any``, also drawn dashed). The copies of a template are drawn once,
+    under the template's name with the indices it covers, and so are their connections; a plain
+    connection to one copy says which index. Raises ValueError for an unknown ``fmt``.
     """
     if fmt == "mermaid":
         return _mermaid(_drawing(topology))
@@ -45,41 +45,42 @@ class _Edge:
 
 
 def _drawing(topology: Topology) -> tuple[list[_Box], list[_Edge]]:
-    """Boxes and edges to draw, with every per-policy template's copies drawn as one."""
-    policies: dict[str, list[int]] = {}  # template -> policies of its copies
+    """Boxes and edges to draw, with every template's copies drawn as one."""
+    word = topology.index_name
+    indices: dict[str, list[int]] = {}  # template -> indices of its copies
     node_of: dict[str, str] = {}  # actor name -> the node it is drawn as
-    policy_of: dict[str, int] = {}  # a copy's name -> its policy
+    index_of: dict[str, int] = {}  # a copy's name -> its index
     for process in topology.processes:
         for actor in process.actors:
             node_of[actor.name] = actor.template or actor.name
-            if actor.template is not None and actor.policy is not None:
-                policies.setdefault(actor.template, []).append(actor.policy)
-                policy_of[actor.name] = actor.policy
+            if actor.template is not None and actor.index is not None:
+                indices.setdefault(actor.template, []).append(actor.index)
+                index_of[actor.name] = actor.index
     boxes: dict[str, _Box] = {}
     for process in topology.processes:
         name = process.template or process.name
         label = f"{name} (x{process.replicas})"
         if process.template is not None:
-            label += f" {_per_policy(policies, process.actors[0].template)}"
+            label += f" {_per_index(word, indices, process.actors[0].template)}"
         box = boxes.setdefault(name, _Box(name, label))
         for actor in process.actors:
             node = node_of[actor.name]
-            text = node if actor.template is None else f"{node} {_per_policy(policies, node)}"
+            text = node if actor.template is None else f"{node} {_per_index(word, indices, node)}"
             box.nodes[node] = f"{text}\n{actor.class_path}"
     edges: dict[_Edge, None] = {}  # ordered and without the copies' repeats
     for conn in topology.connections:
         label = f"{conn.signal} → {conn.slot}" + (
             "" if conn.mode == "broadcast" else f" [{conn.mode}]")
-        copies = [policy_of[a] for a in (conn.source, conn.target) if a in policy_of]
-        if conn.policy is None and copies:  # a plain connection to one copy of a template
-            label += f" (policy {copies[0]})"
+        copies = [index_of[a] for a in (conn.source, conn.target) if a in index_of]
+        if conn.index is None and copies:  # a plain connection to one copy of a template
+            label += f" ({word} {copies[0]})"
         edges[_Edge(node_of[conn.source], node_of[conn.target], label, conn.mode == "any")] = None
     return list(boxes.values()), list(edges)
 
 
-def _per_policy(policies: dict[str, list[int]], template: str | None) -> str:
-    ids = sorted(policies[template or ""])  # a copy's template always has copies
-    return f"per policy {ids[0]}..{ids[-1]}"
+def _per_index(word: str, indices: dict[str, list[int]], template: str | None) -> str:
+    ids = sorted(indices[template or ""])  # a copy's template always has copies
+    return f"per {word} {ids[0]}..{ids[-1]}"
 
 
 def _mermaid_id(prefix: str, name: str) -> str:
@@ -88,7 +89,7 @@ def _mermaid_id(prefix: str, name: str) -> str:
 
 
 def _mermaid_text(text: str) -> str:
-    # Labels are HTML to Mermaid: '<policy>' would be read as a tag and vanish.
+    # Labels are HTML to Mermaid: a placeholder ('<policy>') would be read as a tag and vanish.
     return (text.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
             .replace("\n", "<br/>"))
 

@@ -27,11 +27,13 @@ File format::
         mode: broadcast                  # broadcast (default) | any | local
         coalesce_s: 0.0                  # optional: may wait this long to share a frame
 
-Per-policy templates (``sfbus.topology.population``): a process or actor whose name contains
-``<policy>`` is written out once per policy id 0 .. ``settings.num_policies`` - 1 (1 when
-unset), with ``<policy>`` replaced by the id in its name and values (a value that is exactly
-``<policy>`` becomes the int)::
+Templates (``sfbus.topology.population``): the topology names one index set, ``templates:
+{NAME: SETTING}`` (``{policy: num_policies}`` when it names none); a process or actor whose name
+contains ``<NAME>`` is written out once per index 0 .. ``settings.SETTING`` - 1 (1 when unset),
+with ``<NAME>`` replaced by the index in its name and values (a value that is exactly ``<NAME>``
+becomes the int)::
 
+    templates: {policy: num_policies}   # the default, so optional
     settings: {num_policies: 4}
     processes:
       learner:
@@ -80,11 +82,10 @@ from sfbus.topology.model import (
 )
 from sfbus.topology.params import ParamError, build_dataclass, convert, describe_value, suggest
 from sfbus.topology.population import (
-    PLACEHOLDER,
+    IndexSet,
     Population,
-    check_placeholders,
     expand,
-    has_placeholder,
+    read_index_set,
 )
 from sfbus.topology.yaml_source import Document, KeyPath, Where
 
@@ -124,7 +125,8 @@ class _Builder:
         self.default_name = default_name
         self.actor_classes: dict[str, type] = {}
         self.members: dict[type, tuple[dict[str, type], dict[str, type]]] = {}
-        self.population: Population  # the document with its per-policy copies, set by build()
+        self.population: Population  # the document with its templates' copies, set by build()
+        self.index = IndexSet()  # what templates are written out over, set by build()
 
     def fail(self, path: KeyPath, message: str, *, at_key: bool = False) -> TopologyError:
         return self.doc.error(path, message, at_key=at_key)
@@ -158,7 +160,7 @@ class _Builder:
         return self.typed(path, tp, default)
 
     def name(self, path: KeyPath, kind: str) -> None:
-        problem = check_placeholders(str(path[-1]))
+        problem = self.index.check_placeholders(str(path[-1]))
         if problem:
             raise self.fail(path, problem, at_key=True)
         if not _NAME.match(path[-1]):  # type: ignore[arg-type]
@@ -173,7 +175,8 @@ class _Builder:
         if top.get("run") is not None:
             run = self.dataclass(("run",), RunSettings, None, noun="run setting", owner="")
         source = self.doc
-        self.population = expand(source)
+        self.index = read_index_set(source)
+        self.population = expand(source, self.index)
         self.doc = self.population.doc
         processes = self.processes()
         self.check_settings_used(settings, processes)
@@ -184,6 +187,7 @@ class _Builder:
             connections=self.connections(),
             settings=settings,
             run=run,
+            index_name=self.index.name,
             document=source.data,  # as written: every process writes the copies out again
         )
 
@@ -193,7 +197,7 @@ class _Builder:
         fields = {f.name for p in processes for a in p.actors
                   for f in dataclasses.fields(a.params)}
         if self.population.actor_templates:
-            fields.add("num_policies")  # the loader reads it: how many copies of each template
+            fields.add(self.index.count)  # the loader reads it: how many copies of each template
         for key in settings:
             if key in fields:
                 continue
@@ -269,7 +273,7 @@ class _Builder:
                 restart=restart, cpu_affinity=affinity, nice=nice,
                 location=_location(self.doc.where(path, at_key=True)),
                 template=origin.template if origin else None,
-                policy=origin.policy if origin else None))
+                index=origin.index if origin else None))
         return tuple(specs)
 
     def actor(self, path: KeyPath) -> ActorSpec:
@@ -294,7 +298,7 @@ class _Builder:
         return ActorSpec(name=name, class_path=class_path, params=params,
                          location=_location(self.doc.where(path, at_key=True)),
                          template=origin.template if origin else None,
-                         policy=origin.policy if origin else None)
+                         index=origin.index if origin else None)
 
     def connections(self) -> tuple[ConnectionSpec, ...]:
         items = self.doc.get(("connections",)) or []
@@ -307,17 +311,18 @@ class _Builder:
             path: KeyPath = ("connections", i)
             self.mapping(path, CONNECTION_KEYS, required=("from", "to"))
             ends = (self.typed((*path, "from"), str), self.typed((*path, "to"), str))
-            policies: list[int | None] = [None]
-            if any(has_placeholder(text) for text in ends):
+            indices: list[int | None] = [None]
+            placeholder = self.index.placeholder
+            if any(placeholder in text for text in ends):
                 self.template_endpoint((*path, "from"), ends[0])
                 self.template_endpoint((*path, "to"), ends[1])
-                policies = list(range(self.population.count))
+                indices = list(range(self.population.count))
             mode = self.typed((*path, "mode"), DeliveryMode, "broadcast")
             coalesce = self.typed((*path, "coalesce_s"), float, 0.0)
             if coalesce < 0:
                 raise self.fail((*path, "coalesce_s"), f"must be >= 0, got {coalesce:g}")
-            for policy in policies:  # one copy per policy when an end is per-policy
-                copy = [t if policy is None else t.replace(PLACEHOLDER, str(policy)) for t in ends]
+            for index in indices:  # one copy per index when an end is a template
+                copy = [t if index is None else t.replace(placeholder, str(index)) for t in ends]
                 source, signal = self.endpoint((*path, "from"), copy[0], "signal")
                 target, slot = self.endpoint((*path, "to"), copy[1], "slot")
                 self.check_payload((*path, "to"), source, signal, target, slot)
@@ -328,8 +333,7 @@ class _Builder:
                 seen[link] = i
                 specs.append(ConnectionSpec(
                     source=source, signal=signal, target=target, slot=slot, mode=mode,
-                    coalesce_s=coalesce, location=_location(self.doc.where(path)),
-                    policy=policy))
+                    coalesce_s=coalesce, location=_location(self.doc.where(path)), index=index))
         return tuple(specs)
 
     def check_payload(self, path: KeyPath, source: str, signal: str, target: str,
@@ -342,26 +346,28 @@ class _Builder:
                                   f"slot '{slot}' of actor '{target}' expects {wanted}")
 
     def template_endpoint(self, path: KeyPath, text: str) -> None:
-        """An end of a per-policy connection names a per-policy actor, or a plain one."""
+        """An end of a template connection names a template actor, or a plain one."""
         actor, _, member = text.partition(".")
-        if has_placeholder(member):
-            raise self.fail(path, f"'{PLACEHOLDER}' may stand only in the actor's name, "
+        index = self.index
+        if index.has_placeholder(member):
+            raise self.fail(path, f"'{index.placeholder}' may stand only in the actor's name, "
                                   f"got '{text}'")
         templates = self.population.actor_templates
-        if has_placeholder(actor) and actor not in templates:
+        if index.has_placeholder(actor) and actor not in templates:
             known = (suggest(actor, sorted(templates)) if templates else
-                     f"; no actor of this topology is per-policy (named with '{PLACEHOLDER}')")
-            raise self.fail(path, f"unknown per-policy actor '{actor}'{known}")
+                     f"; no actor of this topology is per-{index.name} (named with "
+                     f"'{index.placeholder}')")
+            raise self.fail(path, f"unknown per-{index.name} actor '{actor}'{known}")
 
     def endpoint(self, path: KeyPath, text: str, kind: str) -> tuple[str, str]:
-        problem = check_placeholders(text)
+        problem = self.index.check_placeholders(text)
         if problem:
             raise self.fail(path, problem)
         actor, dot, member = text.partition(".")
         if not (dot and actor and member) or "." in member:
             raise self.fail(path, f"expected 'actor.{kind}', got '{text}'")
         if actor not in self.actor_classes:
-            missing = self.population.missing_policy(actor)
+            missing = self.population.missing_copy(actor)
             raise self.fail(path, f"unknown actor '{actor}'" + (
                 f": {missing}" if missing else suggest(actor, self.actor_classes)))
         signals, slots = self.members[self.actor_classes[actor]]

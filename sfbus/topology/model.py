@@ -33,9 +33,9 @@ class ActorSpec:
     params: Any
     location: Location | None = None
     template: str | None = None
-    """For a per-policy copy: the name it was written as (``learner_<policy>``)."""
-    policy: int | None = None
-    """For a per-policy copy: its policy id."""
+    """For a template's copy: the name it was written as (``learner_<policy>``)."""
+    index: int | None = None
+    """For a template's copy: its index in the topology's index set."""
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,9 @@ class ProcessSpec:
     nice: int = 0
     location: Location | None = None
     template: str | None = None
-    """For a per-policy copy: the name it was written as (``learner_<policy>``)."""
-    policy: int | None = None
-    """For a per-policy copy: its policy id."""
+    """For a template's copy: the name it was written as (``learner_<policy>``)."""
+    index: int | None = None
+    """For a template's copy: its index in the topology's index set."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,8 @@ class ConnectionSpec:
     """Seconds a delivery to another process may wait to share a frame with later ones (for
     statistics: fewer wake-ups of the receiver); 0 sends it when the loop iteration ends."""
     location: Location | None = None
-    policy: int | None = None
-    """For a copy of a per-policy connection (an end named ``x_<policy>``): its policy id."""
+    index: int | None = None
+    """For a copy of a template connection (an end named ``x_<policy>``): its index."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,8 @@ class Topology:
     connections: tuple[ConnectionSpec, ...]
     settings: dict[str, Any] = field(default_factory=dict)
     run: RunSettings = field(default_factory=RunSettings)
+    index_name: str = "policy"
+    """What the index of the topology's templates is called (``templates:``), for pictures."""
     document: dict[str, Any] = field(default_factory=dict)
 
     def actors_of(self, cls: type | str) -> tuple[FoundActor, ...]:

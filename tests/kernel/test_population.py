@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sfbus.routing import RoutingTable
-from sfbus.topology import ActorSpec, Topology, load_topology
+from sfbus.topology import ActorSpec, Topology, load_topology, render_graph
 from sfbus.topology.yaml_source import dump_yaml
 from tests.kernel.conftest import error_of
 
@@ -48,10 +48,10 @@ def test_actors_and_connections_are_written_out_per_policy(load) -> None:
                             "consumer_1", "consumer_2", "sink"]
     assert [actors[f"producer_{i}"].params.count for i in range(3)] == [0, 1, 2]  # an int
     assert [actors[f"consumer_{i}"].params.tag for i in range(3)] == ["run_0", "run_1", "run_2"]
-    assert [(a.template, a.policy) for a in actors.values()][2:4] == [
+    assert [(a.template, a.index) for a in actors.values()][2:4] == [
         ("producer_<policy>", 2), ("consumer_<policy>", 0)]
-    assert (actors["sink"].template, actors["sink"].policy) == (None, None)
-    assert [(c.source, c.target, c.mode, c.policy) for c in topology.connections] == [
+    assert (actors["sink"].template, actors["sink"].index) == (None, None)
+    assert [(c.source, c.target, c.mode, c.index) for c in topology.connections] == [
         ("producer_0", "sink", "broadcast", 0), ("producer_1", "sink", "broadcast", 1),
         ("producer_2", "sink", "broadcast", 2), ("producer_0", "consumer_0", "any", 0),
         ("producer_1", "consumer_1", "any", 1), ("producer_2", "consumer_2", "any", 2)]
@@ -89,7 +89,7 @@ def test_a_per_policy_process_is_copied_with_its_actors(load) -> None:
         connections:
           - {from: producer_<policy>.item_ready, to: sink.on_item_ready}
         """)
-    assert [(p.name, p.replicas, p.template, p.policy) for p in topology.processes] == [
+    assert [(p.name, p.replicas, p.template, p.index) for p in topology.processes] == [
         ("worker_0", 2, "worker_<policy>", 0), ("worker_1", 2, "worker_<policy>", 1),
         ("main", 1, None, None)]
     assert topology.processes[1].actors[0].params.count == 1
@@ -105,11 +105,11 @@ def test_the_snapshot_keeps_the_templates_and_loads_to_the_same_copies(load) -> 
     again = load_topology("snapshot.yaml")
     assert "producer_<policy>:" in Path("snapshot.yaml").read_text()
     def copies(t: Topology) -> list[tuple[object, ...]]:
-        return [(a.name, a.params, a.template, a.policy) for a in actors_of(t).values()]
+        return [(a.name, a.params, a.template, a.index) for a in actors_of(t).values()]
 
     assert copies(again) == copies(topology)
-    assert [(c.source, c.target, c.policy) for c in again.connections] == [
-        (c.source, c.target, c.policy) for c in topology.connections]
+    assert [(c.source, c.target, c.index) for c in again.connections] == [
+        (c.source, c.target, c.index) for c in topology.connections]
 
 
 def test_an_entry_named_like_a_copy_refines_it(load) -> None:
@@ -147,15 +147,15 @@ ERRORS = [
      "t.yaml:15:44: connections[2].to: unknown placeholder '<polcy>' in "
      "'consumer_<polcy>.on_finished'; did you mean '<policy>'?"),
     ("zero_policies", POPULATION.replace("num_policies: 3", "num_policies: 0"),
-     "t.yaml:2:17: settings.num_policies: expected an int in 1..1024 (the number of policies), "
-     "got int 0"),
+     "t.yaml:2:17: settings.num_policies: expected an int in 1..1024 (the number of indices of "
+     "<policy>), got int 0"),
     ("bool_policies", POPULATION.replace("num_policies: 3", "num_policies: true"),
-     "t.yaml:2:17: settings.num_policies: expected an int in 1..1024 (the number of policies), "
-     "got bool True"),
+     "t.yaml:2:17: settings.num_policies: expected an int in 1..1024 (the number of indices of "
+     "<policy>), got bool True"),
     ("plain_actor_in_process_template",
      "settings: {num_policies: 2}\nprocesses:\n  worker_<policy>:\n    actors:\n"
      "      producer: {class: sample_actors:Producer}\n",
-     "t.yaml:5:7: processes.worker_<policy>.actors.producer: actor 'producer' of per-policy "
+     "t.yaml:5:7: processes.worker_<policy>.actors.producer: actor 'producer' of template "
      "process 'worker_<policy>' needs '<policy>' in its name: the process has one copy per "
      "policy, and actor names are unique"),
     ("refines_a_missing_policy",
@@ -180,5 +180,40 @@ def test_errors_are_located_one_liners(load, text: str, expected: str) -> None:
 
 def test_too_many_policies_from_the_command_line(load) -> None:
     assert error_of(load, POPULATION, ("num_policies=100000",)) == (
-        "--set: settings.num_policies: expected an int in 1..1024 (the number of policies), "
-        "got int 100000")
+        "--set: settings.num_policies: expected an int in 1..1024 (the number of indices of "
+        "<policy>), got int 100000")
+
+
+# The same topology over an index set of its own naming: the kernel gives 'policy' no meaning.
+SHARDS = "templates: {shard: num_shards}\n" + POPULATION.replace("<policy>", "<shard>").replace(
+    "num_policies: 3", "num_shards: 2")
+
+
+def test_a_topology_names_the_index_set_of_its_templates(load) -> None:
+    topology = load(SHARDS)
+    actors = actors_of(topology)
+    assert list(actors) == ["producer_0", "producer_1", "consumer_0", "consumer_1", "sink"]
+    assert (actors["producer_1"].params.count, actors["producer_1"].index) == (1, 1)
+    assert [(c.source, c.target, c.index) for c in topology.connections][2:] == [
+        ("producer_0", "consumer_0", 0), ("producer_1", "consumer_1", 1)]
+    assert "per shard 0..1" in render_graph(topology)
+    assert len(actors_of(load(SHARDS, ("num_shards=4",)))) == 9
+
+
+@pytest.mark.parametrize(("case", "text", "message"), [
+    ("the_default_placeholder_is_no_template_there",
+     "templates: {shard: num_shards}\n" + POPULATION,
+     "t.yaml:8:7: processes.main.actors.producer_<policy>: unknown placeholder '<policy>' in "
+     "'producer_<policy>'"),
+    ("two_index_sets", SHARDS.replace("{shard: num_shards}", "{shard: num_shards, a: b}"),
+     "t.yaml:1:12: templates: expected one index set, {NAME: SETTING} (the placeholder <NAME>, "
+     "counted by settings.SETTING), got a mapping"),
+    ("a_name_that_is_no_identifier", SHARDS.replace("{shard: num_shards}", "{'a b': n}"),
+     "t.yaml:1:13: templates.a b: the index set's name must be an identifier, got str 'a b'"),
+    ("a_copy_beyond_the_count", SHARDS.replace("      sink:", "      producer_2: {}\n      sink:"),
+     "t.yaml:12:7: processes.main.actors.producer_2: 'producer_2' refines the copy of "
+     "'producer_<shard>' for shard 2, which does not exist (settings.num_shards = 2)"),
+])
+def test_index_set_errors_are_located_one_liners(load, case: str, text: str,
+                                                 message: str) -> None:
+    assert error_of(load, text) == message
