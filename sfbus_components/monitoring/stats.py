@@ -27,7 +27,7 @@ from sfbus_components.datapath.messages import (
     TrainingStats,
 )
 from sfbus_components.monitoring.status import progress_bar, status_line
-from sfbus_components.sampling.extra_stats import MAX_EXTRA_STATS
+from sfbus_components.sampling.extra_stats import MAX_NAMES_PER_POLICY
 
 # Windows for the frame rate, in seconds (the paper and Sample Factory report 10 s and 60 s).
 _FPS_WINDOWS = (10.0, 60.0)
@@ -162,10 +162,11 @@ class Stats(Actor):
         for name, value in msg.extra_stats:
             values = stats.extra.get(name)
             if values is None:
-                if len(stats.extra) == MAX_EXTRA_STATS:  # bounds the metrics' label values
+                if len(stats.extra) == MAX_NAMES_PER_POLICY:  # bounds the metrics' series
                     self._warn.warning("extra", "%s: policy %d's envs reported more than %d "
                                        "names of episode_extra_stats: %r and later ones are "
-                                       "dropped", self.name, msg.policy, MAX_EXTRA_STATS, name)
+                                       "dropped", self.name, msg.policy, MAX_NAMES_PER_POLICY,
+                                       name)
                     continue
                 values = stats.extra[name] = deque(maxlen=self.params.average_episodes)
             values.append(value)

@@ -24,6 +24,9 @@ MAX_EXTRA_STATS = 32
 """Names one episode may report; the further ones are dropped."""
 MAX_NAME_LENGTH = 64
 """Characters of a name (a TensorBoard tag and a Prometheus label value)."""
+MAX_NAMES_PER_POLICY = 128
+"""Names the reports keep per policy over a run (Prometheus series); DMLab-30's per-level
+scores, Sample Factory's example of such stats, take 60."""
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*")
 _warn = RateLimitedLog(logging.getLogger(__name__), 60.0)
 

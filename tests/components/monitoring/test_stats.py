@@ -8,7 +8,7 @@ import pytest
 
 from sfbus_components.datapath.messages import EpisodeFinished
 from sfbus_components.monitoring.stats import Stats
-from sfbus_components.sampling.extra_stats import MAX_EXTRA_STATS
+from sfbus_components.sampling.extra_stats import MAX_NAMES_PER_POLICY
 
 
 @pytest.fixture
@@ -41,13 +41,13 @@ async def test_averaged_per_policy_over_the_last_episodes(stats: Stats, caplog) 
 
 async def test_names_beyond_the_bound_are_dropped_with_one_warning(stats: Stats, caplog) -> None:
     with caplog.at_level(logging.WARNING):
-        for n in range(MAX_EXTRA_STATS + 5):
+        for n in range(MAX_NAMES_PER_POLICY + 5):
             stats.on_episode_finished(episode(0, (f"stat_{n}", 1.0)))
-    assert len(stats.policies[0].extra) == MAX_EXTRA_STATS
+    assert len(stats.policies[0].extra) == MAX_NAMES_PER_POLICY
     record = stats._policy_record(0, stats.policies[0])
-    assert f"stat_{MAX_EXTRA_STATS - 1}" in record["extra_stats"]
-    assert f"stat_{MAX_EXTRA_STATS}" not in record["extra_stats"]
+    assert f"stat_{MAX_NAMES_PER_POLICY - 1}" in record["extra_stats"]
+    assert f"stat_{MAX_NAMES_PER_POLICY}" not in record["extra_stats"]
     assert [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()] == [
-        f"stats: policy 0's envs reported more than {MAX_EXTRA_STATS} names of "
-        f"episode_extra_stats: 'stat_{MAX_EXTRA_STATS}' and later ones are dropped"]
-    assert stats.policies[0].episodes == MAX_EXTRA_STATS + 5  # every episode still counts
+        f"stats: policy 0's envs reported more than {MAX_NAMES_PER_POLICY} names of "
+        f"episode_extra_stats: 'stat_{MAX_NAMES_PER_POLICY}' and later ones are dropped"]
+    assert stats.policies[0].episodes == MAX_NAMES_PER_POLICY + 5  # every episode still counts
