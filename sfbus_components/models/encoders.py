@@ -4,6 +4,9 @@ the same precision and input handling (the protocol is in docs/MODELS.md)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -199,36 +202,38 @@ class EncoderRunner(nn.Module):
         return x.float()
 
 
-class ObsEncoder(EncoderRunner):
-    """The built-in encoder (``auto``, ``conv_simple``, ``nature_cnn``, ``convnet_impala``,
-    ``resnet_impala``, ``mlp``): each
-    observation key the architecture reads through its own branch, the features concatenated
-    in the env's key order. An image ``[C, H, W]`` goes through the conv stack the name picks
-    (``auto``: ``conv_simple``), a vector ``[D]`` through an MLP of ``mlp_layers`` (in ``full``,
-    ``measurements`` through ``measurements_hidden``). With the one key ``obs`` this is the
-    paper's ``simplified`` model; with ``obs`` and ``measurements``, its ``full`` one."""
+ImageEncoder = Callable[[tuple[int, ...], ModelConfig], ConvEncoder]
+"""Builds the branch of one image key: ``(shape [C, H, W], cfg) -> ConvEncoder``."""
 
-    def __init__(self, obs_spec: dict[str, tuple[tuple[int, ...], str]], cfg: ModelConfig) -> None:
+
+class ObsEncoder(EncoderRunner):
+    """The built-in encoder: each observation key the architecture reads through its own
+    branch, the features concatenated in the env's key order. An image ``[C, H, W]`` goes
+    through ``images`` (None: images are refused), a vector ``[D]`` through an MLP of
+    ``mlp_layers`` (in ``full``, ``measurements`` through ``measurements_hidden``), the main key
+    ``obs`` only where ``vector_obs``. With the one key ``obs`` this is the paper's
+    ``simplified`` model; with ``obs`` and ``measurements``, its ``full`` one. The variants the
+    ``model.encoder`` names build are the constants below (``models/registry.py``)."""
+
+    def __init__(self, obs_spec: dict[str, tuple[tuple[int, ...], str]], cfg: ModelConfig, *,
+                 images: ImageEncoder | None, vector_obs: bool) -> None:
         super().__init__()
         self.keys = self._keys(obs_spec, cfg.architecture)
-        stack = cfg.encoder if cfg.encoder in CONV_STACKS else "conv_simple"
-        conv = ResnetImpalaEncoder if cfg.encoder == "resnet_impala" else \
-            lambda shape, config: StackEncoder(shape, config, stack)
         branches: dict[str, nn.Module] = {}
         for key in self.keys:
             shape = tuple(obs_spec[key][0])
-            if len(shape) == 3 and cfg.encoder != "mlp":
-                branches[key] = conv(shape, cfg)
-            elif len(shape) == 1 and (cfg.encoder in ("auto", "mlp") or key != "obs"):
+            if len(shape) == 3 and images is not None:
+                branches[key] = images(shape, cfg)
+            elif len(shape) == 1 and (vector_obs or key != "obs"):
                 widths = cfg.measurements_hidden if cfg.architecture == "full" and \
                     key == "measurements" else cfg.mlp_layers
                 branches[key] = MlpEncoder(shape[0], widths, cfg.nonlinearity)
-            elif cfg.encoder == "auto":
+            elif images is not None and vector_obs:
                 raise ValueError(f"observation '{key}' of shape {list(shape)}: the built-in "
                                  "encoders take images [C, H, W] and vectors [D]; reshape it in "
                                  "the env or bring an encoder of your own (docs/MODELS.md)")
             else:
-                need = "vectors [D]" if cfg.encoder == "mlp" else "images [C, H, W]"
+                need = "vectors [D]" if images is None else "images [C, H, W]"
                 raise ValueError(f"{cfg.encoder} encoder needs {need}, but observation '{key}' "
                                  f"has shape {list(shape)}")
         self.branches = nn.ModuleDict(branches)
@@ -264,6 +269,25 @@ class ObsEncoder(EncoderRunner):
         """The branches' features, concatenated in key order."""
         features = [branch(obs[key]) for key, branch in self.branches.items()]
         return features[0] if len(features) == 1 else torch.cat(features, dim=1)
+
+
+def _stack(name: str) -> ImageEncoder:
+    return functools.partial(StackEncoder, stack=name)
+
+
+# The built-in encoders by what they do with images and with a vector `obs`; models/registry.py
+# names them (``model.encoder``).
+AUTO_ENCODER = functools.partial(ObsEncoder, images=_stack("conv_simple"), vector_obs=True)
+"""Images through ``conv_simple``, vectors through an MLP: whatever the env observes."""
+CONV_SIMPLE_ENCODER = functools.partial(ObsEncoder, images=_stack("conv_simple"),
+                                        vector_obs=False)
+NATURE_CNN_ENCODER = functools.partial(ObsEncoder, images=_stack("nature_cnn"), vector_obs=False)
+CONVNET_IMPALA_ENCODER = functools.partial(ObsEncoder, images=_stack("convnet_impala"),
+                                           vector_obs=False)
+RESNET_IMPALA_ENCODER = functools.partial(ObsEncoder, images=ResnetImpalaEncoder,
+                                          vector_obs=False)
+MLP_ENCODER = functools.partial(ObsEncoder, images=None, vector_obs=True)
+"""Vectors only: an image observation is refused."""
 
 
 class UserEncoder(EncoderRunner):

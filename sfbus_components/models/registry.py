@@ -19,16 +19,16 @@ from sfbus import ImportPathError, import_object
 Part = Literal["encoder", "core"]
 
 ENCODERS: dict[str, str] = {
-    # One class: it encodes every observation key the architecture reads, choosing each key's
-    # branch (this conv stack for images, an MLP for vectors) from the name.
-    "auto": "sfbus_components.models.encoders:ObsEncoder",
-    "conv_simple": "sfbus_components.models.encoders:ObsEncoder",
-    "nature_cnn": "sfbus_components.models.encoders:ObsEncoder",
-    "convnet_impala": "sfbus_components.models.encoders:ObsEncoder",
-    "mlp": "sfbus_components.models.encoders:ObsEncoder",
-    "resnet_impala": "sfbus_components.models.encoders:ObsEncoder",
+    # One class, ObsEncoder, each name with its own way of encoding images (its conv stack, or
+    # none) and whether the main observation may be a vector (encoders.py).
+    "auto": "sfbus_components.models.encoders:AUTO_ENCODER",
+    "conv_simple": "sfbus_components.models.encoders:CONV_SIMPLE_ENCODER",
+    "nature_cnn": "sfbus_components.models.encoders:NATURE_CNN_ENCODER",
+    "convnet_impala": "sfbus_components.models.encoders:CONVNET_IMPALA_ENCODER",
+    "mlp": "sfbus_components.models.encoders:MLP_ENCODER",
+    "resnet_impala": "sfbus_components.models.encoders:RESNET_IMPALA_ENCODER",
 }
-"""Built-in encoder names and the class each one builds."""
+"""Built-in encoder names and what builds each one."""
 
 CORES: dict[str, str] = {
     "gru": "sfbus_components.models.core:GruCore",

@@ -416,10 +416,11 @@ def test_packed_step_matches_the_learners_arithmetic_and_follows_new_weights(
 
 
 def test_nature_cnn_on_an_atari_frame_stack() -> None:
-    from sfbus_components.models.encoders import ObsEncoder, StackEncoder
+    from sfbus_components.models.encoders import StackEncoder
+    from sfbus_components.models.parts import build_encoder
 
     cfg = ModelConfig(encoder="nature_cnn", nonlinearity="relu", precision="float32")
-    encoder = ObsEncoder({"obs": ((4, 84, 84), "uint8")}, cfg)
+    encoder = build_encoder({"obs": ((4, 84, 84), "uint8")}, cfg)
     assert isinstance(encoder.main, StackEncoder) and encoder.main.stack == "nature_cnn"
     convs = [m for m in encoder.main.conv if isinstance(m, torch.nn.Conv2d)]
     assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [
@@ -462,10 +463,10 @@ def test_a_layer_without_width_is_refused(change: dict) -> None:
 
 
 def test_convnet_impala_is_impalas_shallow_stack() -> None:
-    from sfbus_components.models.encoders import ObsEncoder
+    from sfbus_components.models.parts import build_encoder
 
     cfg = ModelConfig(encoder="convnet_impala", hidden=256, precision="float32")
-    encoder = ObsEncoder({"obs": ((3, 72, 128), "uint8")}, cfg)
+    encoder = build_encoder({"obs": ((3, 72, 128), "uint8")}, cfg)
     convs = [m for m in encoder.main.conv if isinstance(m, torch.nn.Conv2d)]
     assert [(c.in_channels, c.out_channels, c.kernel_size, c.stride) for c in convs] == [
         (3, 16, (8, 8), (4, 4)), (16, 32, (4, 4), (2, 2))]
