@@ -4,6 +4,7 @@ in the data path, and no module or function too long to read."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from tests.kernel.test_imports import PACKAGES, ROOT, import_graph
 
 COMPONENTS = ROOT / "sfbus_components"
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 # The wings from the bottom up (docs/ARCHITECTURE.md, "The folders"): a module imports only its
 # own wing and the wings of lower rows; wings of one row do not import each other. The kernel
 # knows nothing of RL; envs and models know no training; the data path (what sampling and
@@ -157,3 +159,24 @@ def test_no_function_over_80_lines() -> None:
     long = [f"{path.relative_to(ROOT)}:{line}: {name}: {length} lines"
             for path in python_files() for name, line, length in long_functions(path.read_text())]
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
+
+
+def folder_map(text: str) -> dict[str, set[str]]:
+    """The module file names each wing's row of ARCHITECTURE's folder map names, by wing."""
+    rows = {}
+    for line in text.splitlines():
+        if match := re.match(r"\| `sfbus_components/(\w+)/` \|", line):
+            rows[match[1]] = set(re.findall(r"`(\w+\.py)`", line))
+    return rows
+
+
+def test_the_folder_map_is_true_to_the_folders() -> None:
+    rows = folder_map(ARCHITECTURE.read_text())
+    wrong = []
+    for wing in sorted(RANK.keys() - {"kernel"}):
+        there = {p.name for p in (COMPONENTS / wing).rglob("*.py") if p.name != "__init__.py"}
+        named = rows.get(wing, set())
+        wrong += [f"{wing}/: {name} is not in the map" for name in sorted(there - named)]
+        wrong += [f"{wing}/: the map names {name}, which is not there"
+                  for name in sorted(named - there)]
+    assert not wrong, "docs/ARCHITECTURE.md's folder map:\n" + "\n".join(wrong)
