@@ -53,4 +53,10 @@ MOVED: dict[str, str] = {
     "sfbus_components.datapath.slot_stages:BatcherStarted":
         "sfbus_components.datapath.messages:BatcherStarted",
     "sfbus_components.algo.normalizers": "sfbus_components.models.normalizers",
+    # #40 item 5: each env family in a folder of its own
+    "sfbus_components.envs.atari": "sfbus_components.envs.atari.game",
+    "sfbus_components.envs.mujoco": "sfbus_components.envs.mujoco.tasks",
+    "sfbus_components.envs.envpool_env": "sfbus_components.envs.envpool.pool",
+    "sfbus_components.envs.gym_adapter": "sfbus_components.envs.gym.adapter",
+    "sfbus_components.envs.pettingzoo_adapter": "sfbus_components.envs.pettingzoo.adapter",
 }

@@ -127,3 +127,19 @@ def test_a_users_family_takes_a_built_in_prefix_and_names_its_own_install(
 def test_a_bad_family_is_refused() -> None:
     with pytest.raises(TypeError, match="non-empty prefix and an EnvFamily"):
         register_env_family("", GUESS)
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("sfbus_components.envs.atari:AtariEnv", "sfbus_components.envs.atari.game:AtariEnv"),
+    ("sfbus_components.envs.mujoco:make_mujoco_env",
+     "sfbus_components.envs.mujoco.tasks:make_mujoco_env"),
+    ("sfbus_components.envs.envpool_env:EnvPoolFactory",
+     "sfbus_components.envs.envpool.pool:EnvPoolFactory"),
+    ("sfbus_components.envs.gym_adapter:make_gym_env",
+     "sfbus_components.envs.gym.adapter:make_gym_env"),
+    ("sfbus_components.envs.pettingzoo_adapter:pettingzoo_factory",
+     "sfbus_components.envs.pettingzoo.adapter:pettingzoo_factory"),
+    ("components.envs.atari:make_atari_env", "sfbus_components.envs.atari.game:make_atari_env"),
+])
+def test_a_path_from_before_the_families_moved_still_imports(old: str, new: str) -> None:
+    assert import_object(old) is import_object(new)
