@@ -42,6 +42,7 @@ from sfbus_components.datapath.messages import (
     TrainingStats,
 )
 from sfbus_components.monitoring.wandb_sink import WandbConfig, WandbSink
+from sfbus_components.sampling.extra_stats import MAX_NAMES_PER_POLICY
 
 _FPS_POLICY = 0
 """The policy whose TensorBoard run holds the run-wide frame rate (Sample Factory's default)."""
@@ -58,6 +59,9 @@ class _Episodes:
     """The env's unshaped score where it reports one, else the return (Sample Factory's)."""
     extra: dict[str, list[float]] = field(default_factory=dict)
     """The envs' ``episode_extra_stats``, by name."""
+    names: set[str] = field(default_factory=set)
+    """Every name kept so far, at most ``MAX_NAMES_PER_POLICY`` (the statistics actor warns
+    about the others)."""
 
     def add(self, msg: EpisodeFinished) -> None:
         """Keep one episode's figures."""
@@ -66,7 +70,9 @@ class _Episodes:
         self.true_objectives.append(msg.episode_return if math.isnan(msg.true_return)
                                     else msg.true_return)
         for name, value in msg.extra_stats:
-            self.extra.setdefault(name, []).append(value)
+            if name in self.names or len(self.names) < MAX_NAMES_PER_POLICY:
+                self.names.add(name)
+                self.extra.setdefault(name, []).append(value)
 
     def scalars(self) -> list[tuple[str, float]]:
         """Sample Factory's episode tags of the window, then clear it: (tag, value)."""

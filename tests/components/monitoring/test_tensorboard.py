@@ -21,6 +21,7 @@ from sfbus_components.datapath.messages import (
     TrainingStats,
 )
 from sfbus_components.monitoring.tensorboard import TensorBoardWriter
+from sfbus_components.sampling.extra_stats import MAX_NAMES_PER_POLICY
 from tests.kernel.conftest import hosted
 
 
@@ -146,6 +147,20 @@ async def test_scalars_per_policy_against_env_frames(tmp_path, transport):
     assert second["zz_pbt/cfg_appo.lr"][0][0] == 1500
     assert second["zz_pbt/cfg_appo.lr"][0][1] == pytest.approx(2e-4)
     assert second["zz_pbt/cfg_reward_shaping.death"] == [(1500, -0.25)]
+
+
+async def test_env_metric_names_are_bounded_per_policy(tmp_path):
+    board = TensorBoardWriter("tensorboard", TensorBoardWriter.Params(
+        report_every_s=3600.0, tensorboard_dir=str(tmp_path)))
+    await board.on_start()
+    for n in range(MAX_NAMES_PER_POLICY + 3):
+        board.on_episode_finished(EpisodeFinished(0, 1.0, 4, 4, extra_stats=((f"s{n}", 1.0),)))
+    board.on_episode_finished(EpisodeFinished(0, 1.0, 4, 4, extra_stats=(("s0", 3.0),)))
+    await board.on_stop()
+    found = scalars(str(tmp_path / "0"))
+    assert found["policy_stats/avg_s0"] == [(0, 2.0)]
+    assert f"policy_stats/avg_s{MAX_NAMES_PER_POLICY - 1}" in found
+    assert f"policy_stats/avg_s{MAX_NAMES_PER_POLICY}" not in found
 
 
 async def test_without_a_folder_it_writes_nothing(tmp_path):
