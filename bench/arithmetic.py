@@ -61,7 +61,7 @@ class LearnerStep:
         b, t = trajectories, steps
         self.steps = t
         self.raw = torch.randint(0, 256, (b, t + 1, *IMAGE), dtype=torch.uint8)
-        self.batch = {"rnn_states": torch.zeros(b, 512), "actions": torch.randint(0, 3, (b, t, 1)),
+        self.batch = {"rnn": torch.zeros(b, 512), "actions": torch.randint(0, 3, (b, t, 1)),
                       "log_probs": torch.full((b, t), -1.1), "values": torch.zeros(b, t),
                       "rewards": torch.randn(b, t), "dones": torch.zeros(b, t),
                       "action_params": torch.zeros(b, t, 3)}

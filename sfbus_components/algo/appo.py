@@ -16,81 +16,45 @@ from sfbus_components.algo.ppo import (
     symmetric_kl_loss,
     value_loss,
 )
+from sfbus_components.algo.trajectories import STEP_KEYS, Trajectories
 from sfbus_components.algo.vtrace import vtrace
 from sfbus_components.models.actor_critic import ActorCritic
 from sfbus_components.models.distributions import ActionDistribution
 from sfbus_components.models.normalizers import ReturnsNormalizer
 
-PER_STEP_KEYS = ("actions", "log_probs", "action_params", "values", "rewards", "dones",
-                 "time_outs", "policy_versions", "valids")
-
 
 def appo_loss(
     model: ActorCritic,
-    batch: dict,
+    batch: Trajectories,
     cfg: AppoConfig,
     returns_normalizer: ReturnsNormalizer | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Total APPO loss and its figures for one minibatch of `B` trajectories: detached 0-dim
     tensors under `TrainingStats` names, and `policy_lag_mean` / `_max` where versions are given.
 
-    Batch layout (time is axis 1; `T` = the obs' time length - 1):
-
-    - `obs`: dict of `[B, T + 1, ...]`. Step T is the observation after the last action, used
-      only for the bootstrap value V(x_T), computed by the *current* model. Entries should
-      already be normalized (`ObsNormalizer`, once per batch: vectors by running statistics,
-      uint8 images per pixel into float32); raw uint8 images are only scaled by the model.
-    - `rnn_states`: `[B, S]` state entering step 0, or the `[B, T + 1, S]` buffer field (its
-      step 0 is used).
-    - `actions` `[B, T, heads]` int64 or `[B, T, dim]` float; `log_probs` `[B, T]` log mu(a|x);
-      `action_params` `[B, T, n]` mu's parameters (``ActionDistribution.params``);
-      `values` `[B, T]` behavior values (normalized space: GAE's values, and the centre of
-      value clipping);
-      `rewards` `[B, T]` reward after step t's action; `dones` `[B, T]` the episode ended after
-      step t (terminated or truncated: both stop the bootstrap); `time_outs` `[B, T]` (needed
-      with `cfg.value_bootstrap`) the episode was truncated, not terminated, after step t.
-    - optional `policy_versions` `[B, T]` with the int `learner_version`: steps whose lag
-      exceeds `cfg.max_policy_lag` are masked out of every loss; optional `valids` `[B, T]` bool
-      masks further steps (e.g. another policy's). Masked steps still feed V-trace's recursion.
-    - optional `targets` and `advantages` `[B, T]`, GAE's from `gae_targets` for the whole batch;
-      without them GAE is computed here the same way, V(x_T) from this forward pass.
-
-    Per-step fields may also be given with `T + 1` steps (the buffers' shape); the last is ignored.
+    `batch` holds the fields of :class:`~sfbus_components.algo.trajectories.Trajectories`
+    (time is axis 1; `T` = the obs' time length - 1). V(x_T), from step T's observation, comes
+    from the *current* model; `obs` should already be normalized (`ObsNormalizer`, once per
+    batch). Steps of another policy (`valids`) or lagging more than `cfg.max_policy_lag`
+    (`versions` with `learner_version`) are masked out of every loss. Without GAE's `targets`
+    and `advantages` (V-trace off), GAE is computed here the same way, V(x_T) from this forward
+    pass.
     """
     obs, num_steps, step, dones = _steps(batch)
-    rnn_state = batch["rnn_states"]
     valids, policy_lag = _valid_steps(step, batch, cfg)
 
     # forward pass over T + 1 steps; the extra step gives the bootstrap value V(x_T)
-    if rnn_state.dim() == 3 and 0 < cfg.recurrence < num_steps:
-        dist_all, values_all = _forward_in_pieces(model, obs, rnn_state, dones, cfg.recurrence)
-    else:
-        dist_all, values_all = model.forward_sequence(
-            obs, rnn_state[:, 0] if rnn_state.dim() == 3 else rnn_state,
-            torch.nn.functional.pad(dones, (0, 1)))
+    dist_all, values_all = _forward(model, obs, batch["rnn"], dones, cfg)
     dist = dist_all[:, :num_steps]
     values = values_all[:, :num_steps]
     log_prob_new = dist.log_prob(step["actions"])
     log_prob_old = step["log_probs"].float()
 
     with torch.no_grad():
-        if cfg.with_vtrace:
-            # V-trace needs the current policy's ratios, so its targets follow each minibatch
-            values_ret, bootstrap_ret = _return_space(
-                values.detach(), values_all[:, num_steps].detach(), cfg, returns_normalizer)
-            # log rho_t = log pi(a_t|x_t) - log mu(a_t|x_t)
-            log_rhos = log_prob_new.detach() - log_prob_old
-            targets, advantages = vtrace(
-                values_ret, bootstrap_ret, _rewards(step, values_ret, dones, cfg), dones,
-                log_rhos, cfg.gamma, cfg.vtrace_rho_bar, cfg.vtrace_c_bar,
-            )  # fmt: skip
-            targets = _normalized_targets(targets, valids, cfg, returns_normalizer)
-        elif "advantages" in batch:  # computed once for the whole batch: gae_targets
-            targets = batch["targets"][:, :num_steps]
-            advantages = batch["advantages"][:, :num_steps]
-        else:
-            targets, advantages = _gae_targets(step, values_all[:, num_steps].detach(), dones,
-                                               valids, cfg, returns_normalizer)
+        # log rho_t = log pi(a_t|x_t) - log mu(a_t|x_t)
+        targets, advantages = _targets(step, values.detach(), values_all[:, num_steps].detach(),
+                                       log_prob_new.detach() - log_prob_old, valids, cfg,
+                                       returns_normalizer)
         valid_adv = advantages[valids]
         adv_mean = masked_mean(advantages, valids)
         adv_std = valid_adv.std() if valid_adv.numel() > 1 else torch.zeros(())
@@ -162,7 +126,7 @@ def appo_loss(
 @torch.no_grad()
 def gae_targets(
     model: ActorCritic,
-    batch: dict,
+    batch: Trajectories,
     cfg: AppoConfig,
     returns_normalizer: ReturnsNormalizer | None = None,
 ) -> tuple[Tensor, Tensor]:
@@ -170,22 +134,52 @@ def gae_targets(
 
     Computed once before the batch's epochs, as PPO and Sample Factory do: from the
     behaviour-time `values` and the current model's V(x_T), run from the stored state entering
-    step T (`rnn_states [B, T + 1, S]`; a model without state takes any). `appo_loss` trains on
+    step T (`rnn [B, T + 1, S]`; a model without state takes any). `appo_loss` trains on
     them as the batch's `targets` and `advantages`. Recomputed from the current critic at every
     minibatch instead, later epochs would normalize what is left of the advantages once the
     critic has fitted these very returns. The returns statistics take the batch once."""
     obs, num_steps, step, dones = _steps(batch)
     valids, _ = _valid_steps(step, batch, cfg)
-    rnn_state = batch["rnn_states"]
+    rnn_state = batch["rnn"]
     if rnn_state.dim() == 3:  # the state entering T is 0 after an episode's end at T - 1
         entering = rnn_state[:, num_steps] * (1.0 - dones[:, num_steps - 1 :].to(rnn_state.dtype))
     elif model.state_size == 0:
         entering = rnn_state
     else:
-        raise ValueError("gae_targets needs the state entering each step: rnn_states [B, T + 1, S]")
+        raise ValueError("gae_targets needs the state entering each step: rnn [B, T + 1, S]")
     _, bootstrap = model.forward_sequence({k: v[:, num_steps:] for k, v in obs.items()},
                                           entering, torch.zeros_like(dones[:, :1]))
     return _gae_targets(step, bootstrap[:, 0], dones, valids, cfg, returns_normalizer)
+
+
+def _forward(model: ActorCritic, obs: dict[str, Tensor], rnn: Tensor, dones: Tensor,
+             cfg: AppoConfig) -> tuple[ActionDistribution, Tensor]:
+    """The current model over all ``T + 1`` steps: in pieces of ``cfg.recurrence`` steps where
+    the state entering every step is given, else whole from the state entering step 0."""
+    if rnn.dim() == 3 and 0 < cfg.recurrence < dones.shape[1]:
+        return _forward_in_pieces(model, obs, rnn, dones, cfg.recurrence)
+    return model.forward_sequence(obs, rnn[:, 0] if rnn.dim() == 3 else rnn,
+                                  torch.nn.functional.pad(dones, (0, 1)))
+
+
+def _targets(step: dict[str, Tensor], values: Tensor, bootstrap: Tensor, log_rhos: Tensor,
+             valids: Tensor, cfg: AppoConfig, returns_normalizer: ReturnsNormalizer | None,
+             ) -> tuple[Tensor, Tensor]:
+    """The (normalized) value targets and advantages ``[B, T]`` of a minibatch from the current
+    model's ``values``, V(x_T) ``bootstrap`` and ``log_rhos``: V-trace's, or GAE's (the batch's
+    own where ``gae_targets`` gave them)."""
+    dones = step["dones"].float()
+    if cfg.with_vtrace:
+        # V-trace needs the current policy's ratios, so its targets follow each minibatch
+        values_ret, bootstrap_ret = _return_space(values, bootstrap, cfg, returns_normalizer)
+        targets, advantages = vtrace(
+            values_ret, bootstrap_ret, _rewards(step, values_ret, dones, cfg), dones,
+            log_rhos, cfg.gamma, cfg.vtrace_rho_bar, cfg.vtrace_c_bar,
+        )  # fmt: skip
+        return _normalized_targets(targets, valids, cfg, returns_normalizer), advantages
+    if "advantages" in step:  # computed once for the whole batch: gae_targets
+        return step["targets"], step["advantages"]
+    return _gae_targets(step, bootstrap, dones, valids, cfg, returns_normalizer)
 
 
 def _gae_targets(step: dict[str, Tensor], bootstrap: Tensor, dones: Tensor, valids: Tensor,
@@ -200,15 +194,16 @@ def _gae_targets(step: dict[str, Tensor], bootstrap: Tensor, dones: Tensor, vali
     return _normalized_targets(targets, valids, cfg, returns_normalizer), advantages
 
 
-def _steps(batch: dict) -> tuple[dict[str, Tensor], int, dict[str, Tensor], Tensor]:
-    """The batch's obs, its `T`, its per-step fields cut to `T` steps, and float dones."""
+def _steps(batch: Trajectories) -> tuple[dict[str, Tensor], int, dict[str, Tensor], Tensor]:
+    """The batch's obs, its `T`, its per-step fields cut to `T` steps (views), and float
+    dones."""
     obs = batch["obs"]
     num_steps = next(iter(obs.values())).shape[1] - 1
-    step = {key: batch[key][:, :num_steps] for key in PER_STEP_KEYS if key in batch}
+    step = {key: batch[key][:, :num_steps] for key in STEP_KEYS if key in batch}
     return obs, num_steps, step, step["dones"].float()
 
 
-def _valid_steps(step: dict[str, Tensor], batch: dict, cfg: AppoConfig,
+def _valid_steps(step: dict[str, Tensor], batch: Trajectories, cfg: AppoConfig,
                  ) -> tuple[Tensor, Tensor | None]:
     """The steps that train: the caller's `valids`, and a policy lag of at most
     `max_policy_lag`; and the lags (None without versions)."""
@@ -216,8 +211,8 @@ def _valid_steps(step: dict[str, Tensor], batch: dict, cfg: AppoConfig,
     if "valids" in step:
         valids &= step["valids"].bool()
     policy_lag = None
-    if "policy_versions" in step and "learner_version" in batch:
-        policy_lag = (batch["learner_version"] - step["policy_versions"]).float()
+    if "versions" in step and "learner_version" in batch:
+        policy_lag = (batch["learner_version"] - step["versions"]).float()
         valids &= policy_lag <= cfg.max_policy_lag
     return valids, policy_lag
 
@@ -267,14 +262,14 @@ def bootstrap_time_outs(rewards: Tensor, values: Tensor, dones: Tensor, time_out
     return rewards + gamma * values * time_outs.to(values.dtype) * dones
 
 
-def _forward_in_pieces(model: ActorCritic, obs: dict[str, Tensor], rnn_states: Tensor,
+def _forward_in_pieces(model: ActorCritic, obs: dict[str, Tensor], rnn: Tensor,
                        dones: Tensor, piece: int) -> tuple[ActionDistribution, Tensor]:
     """``forward_sequence`` over ``[B, T + 1]`` steps as ``T / piece`` pieces of ``piece`` steps
     plus the bootstrap step, each from the stored state entering its first step
-    (``rnn_states [B, T + 1, S]``, zeroed after an episode's end as the rollout worker does)."""
+    (``rnn [B, T + 1, S]``, zeroed after an episode's end as the rollout worker does)."""
     batch, num_steps = dones.shape
     pieces = num_steps // piece
-    entering = rnn_states.clone()
+    entering = rnn.clone()
     entering[:, 1:] *= 1.0 - dones.unsqueeze(-1)  # the state entering t+1 after a done is 0
     body = {k: v[:, :num_steps].reshape(batch * pieces, piece, *v.shape[2:])
             for k, v in obs.items()}

@@ -19,6 +19,7 @@ import torch
 
 from sfbus_components.algo import appo_loss, gae_targets
 from sfbus_components.algo.lr_schedule import LrSchedule
+from sfbus_components.algo.trajectories import Trajectories
 from sfbus_components.datapath.messages import TRAINING_FIGURES
 from sfbus_components.envs import EnvSpec
 from sfbus_components.learning.distributed import Peers
@@ -28,7 +29,6 @@ from sfbus_components.learning.population_member import PopulationMember
 from sfbus_components.learning.training_state import TrainingState
 from sfbus_components.monitoring.memory import gpu_memory_mb, process_memory_mb
 
-Batch = dict[str, Any]
 _IMAGE_STAT_STRIDE = 8
 
 
@@ -47,41 +47,15 @@ class AppoUpdate:
         self.max_frames = max_frames
         """The run's --max-frames, which ``lr_schedule: linear_decay`` decays over."""
 
-    def __call__(self, batch: Batch, params: LearnerParams, peers: Peers | None) -> dict[str, Any]:
-        """Train on ``batch`` (``BatchCopy``'s layout, on the host) with ``params``;
-        bumps the version. The loss figures, lags and sample counts of the batch."""
+    def __call__(self, batch: Trajectories, params: LearnerParams,
+                 peers: Peers | None) -> dict[str, Any]:
+        """Train on ``batch`` (``BatchCopy``'s, on the host) with ``params``; bumps the
+        version. The loss figures, lags and sample counts of the batch."""
         start = time.perf_counter()
         cfg, t = params.appo, self.training
-        batch = t.to_device(batch)
         self.numerics.before_batch()  # keeps a copy of the last good state now and then
-        obs = {k.removeprefix("obs."): v for k, v in batch.items() if k.startswith("obs.")}
-        stats = t.policy.obs_normalizer.stats
-        if params.model.normalize_input:
-            # Once per batch over steps 0..T-1 (step T reappears as step 0 of the next slot).
-            # Images: every 8th step. Per-pixel moments over a whole batch took ~0.5 s, a third
-            # of a training step here, and a running mean needs no 30k frames per batch.
-            for key, rms in stats.items():
-                stride = 1 if obs[key].is_floating_point() else _IMAGE_STAT_STRIDE
-                rms.update(obs[key][:, : params.rollout : stride])
-        # Always through the normalizer, as inference does: without updates its statistics stay
-        # at mean 0, variance 1 (images then come out as x / 255). Images come out in the
-        # encoder's compute dtype, so it has no cast of its own to make.
-        image_dtype = t.policy.model.encoder.compute_dtype(t.device)
-        obs = {k: stats[k].normalize(v, image_dtype) if k in stats else v for k, v in obs.items()}
-        # another policy's steps, and an inactive agent's, feed V-trace only
-        valids = self.population.valid_steps(batch)
-        data = {"obs": obs, "rnn_states": batch["rnn"], "actions": batch["actions"],
-                "log_probs": batch["log_probs"], "action_params": batch["action_params"],
-                "values": batch["values"],
-                "rewards": (batch["rewards"] * (params.reward_scale * self.env_reward_scale)
-                            ).clamp(-cfg.reward_clip, cfg.reward_clip),
-                "dones": batch["dones"],
-                "time_outs": batch["time_outs"],
-                "policy_versions": batch["versions"], "valids": valids,
-                "learner_version": t.version}
-        if not cfg.with_vtrace:  # GAE once per batch, from the behaviour-time values
-            data["targets"], data["advantages"] = gae_targets(t.policy.model, data, cfg,
-                                                              t.returns_normalizer)
+        data = self._prepare(t.to_device(batch), params)
+        valids = data["valids"]
         figures: list[dict[str, float]] = []
         norms: list[float] = []
         skipped = 0
@@ -106,7 +80,7 @@ class AppoUpdate:
                         t.lr, kls, t.env_frames + batch_frames * done / steps))
             if kls:
                 t.set_lr(schedule.after_epoch(t.lr, kls))
-        lag = (t.version - batch["versions"]).float()
+        lag = (t.version - data["versions"]).float()
         samples = int(valids.sum())
         t.version += 1
         t.train_steps += 1
@@ -132,7 +106,36 @@ class AppoUpdate:
             trajectory_lags=_row_means(lag, valids), train_seconds=time.perf_counter() - start)
         return result
 
-    def _sgd_step(self, minibatch: Batch, params: LearnerParams, peers: Peers | None,
+    def _prepare(self, batch: Trajectories, params: LearnerParams) -> Trajectories:
+        """``batch`` (on the device) as the loss takes it: observations normalized (their
+        statistics first take the batch), rewards scaled and clipped, the steps to train on,
+        and GAE's targets (V-trace off)."""
+        cfg, t = params.appo, self.training
+        obs, stats = batch["obs"], t.policy.obs_normalizer.stats
+        if params.model.normalize_input:
+            # Once per batch over steps 0..T-1 (step T reappears as step 0 of the next slot).
+            # Images: every 8th step. Per-pixel moments over a whole batch took ~0.5 s, a third
+            # of a training step here, and a running mean needs no 30k frames per batch.
+            for key, rms in stats.items():
+                stride = 1 if obs[key].is_floating_point() else _IMAGE_STAT_STRIDE
+                rms.update(obs[key][:, : params.rollout : stride])
+        # Always through the normalizer, as inference does: without updates its statistics stay
+        # at mean 0, variance 1 (images then come out as x / 255). Images come out in the
+        # encoder's compute dtype, so it has no cast of its own to make.
+        image_dtype = t.policy.model.encoder.compute_dtype(t.device)
+        obs = {k: stats[k].normalize(v, image_dtype) if k in stats else v for k, v in obs.items()}
+        rewards = (batch["rewards"] * (params.reward_scale * self.env_reward_scale)
+                   ).clamp(-cfg.reward_clip, cfg.reward_clip)
+        # another policy's steps, and an inactive agent's, feed V-trace only
+        data: Trajectories = {**batch, "obs": obs, "rewards": rewards,
+                              "valids": self.population.valid_steps(batch),
+                              "learner_version": t.version}
+        if not cfg.with_vtrace:  # GAE once per batch, from the behaviour-time values
+            data["targets"], data["advantages"] = gae_targets(t.policy.model, data, cfg,
+                                                              t.returns_normalizer)
+        return data
+
+    def _sgd_step(self, minibatch: Trajectories, params: LearnerParams, peers: Peers | None,
                   ) -> tuple[dict[str, float] | None, float | None]:
         """One optimizer step: (loss figures, grad norm), None where non-finite (skipped)."""
         cfg, t = params.appo, self.training
@@ -184,7 +187,7 @@ def _reduce(name: str) -> Callable[[list[float]], float]:
     return min if name.endswith("_min") else max if name.endswith("_max") else _mean
 
 
-def _select(data: Batch, index: torch.Tensor) -> Batch:
+def _select(data: Trajectories, index: torch.Tensor) -> Trajectories:
     """The trajectories ``index`` of a training batch (a minibatch; whole trajectories)."""
     return {key: {k: v.index_select(0, index) for k, v in value.items()} if isinstance(value, dict)
             else value.index_select(0, index) if isinstance(value, torch.Tensor) else value

@@ -2,18 +2,21 @@
 
 A batch names (worker, slot) pairs; the copy groups them by worker and gathers each field of
 each worker's slots into one local tensor per field (``[trajectories, ...]``), so that the
-workers get their slots back at once in async mode while training reads the copy.
+workers get their slots back at once in async mode while training reads the copy. The copy is a
+:class:`~sfbus_components.algo.trajectories.Trajectories`, keyed as the buffer's arrays (its
+``obs.<key>`` arrays as ``obs[key]``), the names the loss reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 
+from sfbus_components.algo.trajectories import Trajectories
 from sfbus_components.datapath.buffers import STEP_FIELDS, SlotSource, TrajectoryBuffer
 from sfbus_components.datapath.messages import BatchReady
-from sfbus_components.learning.appo_update import Batch
 
 
 class BatchCopy:
@@ -26,13 +29,13 @@ class BatchCopy:
                  pin: bool, every_state: bool = False) -> None:
         self.sources = [_source_views(buffer, rollout, state_size, every_state)
                         for buffer in buffers]
-        """Per worker, what a batch copies of each field."""
+        """Per worker, what a batch copies of each field (observations: of each key)."""
         self.pin = pin
         """Allocate the copy in page-locked memory (a GPU learner: its upload then runs
         asynchronously, see TrainingState.to_device)."""
-        self._batch: Batch | None = None
+        self._batch: Trajectories | None = None
 
-    def copy(self, msg: BatchReady) -> tuple[Batch, dict[int, list[int]]]:
+    def copy(self, msg: BatchReady) -> tuple[Trajectories, dict[int, list[int]]]:
         """Gather ``msg``'s trajectories into local tensors, one copy (grouped by worker);
         returns the batch and its slots by worker."""
         groups: dict[int, list[int]] = {}
@@ -42,21 +45,42 @@ class BatchCopy:
         if self._batch is None or len(self._batch["rewards"]) != n:
             # Reused across batches: the learner's mailbox runs one batch at a time, and
             # training reads it only until the next copy starts.
-            self._batch = {k: torch.empty((n, *v.shape), dtype=v.dtype, pin_memory=self.pin)
-                           for k, v in self.sources[0].items()}
+            self._batch = _map(self.sources[0], lambda source: torch.empty(
+                (n, *source.shape), dtype=source.dtype, pin_memory=self.pin))
         offset = 0
         for worker, slots in groups.items():
             index = torch.tensor(slots, dtype=torch.int64)
             end = offset + len(slots)
-            for key, source in self.sources[worker].items():
-                source.copy_into(index, self._batch[key][offset:end])
+            for source, out in _pairs(self.sources[worker], self._batch):
+                source.copy_into(index, out[offset:end])
             offset = end
         return self._batch, groups
 
 
+Sources = dict[str, Any]
+"""What a batch copies, keyed as :class:`Trajectories`: a ``SlotSource`` per field, and per
+observation key under ``obs``."""
+
+
 def _source_views(buffer: TrajectoryBuffer, steps: int, state_size: int,
-                  every_state: bool) -> dict[str, SlotSource]:
-    views = {f"obs.{k}": buffer.slot_source(f"obs.{k}", steps + 1) for k in buffer.obs_keys}
+                  every_state: bool) -> Sources:
+    views: Sources = {"obs": {k: buffer.slot_source(f"obs.{k}", steps + 1)
+                              for k in buffer.obs_keys}}
     views.update({f: buffer.slot_source(f, steps) for f in STEP_FIELDS if f != "rnn"})
     views["rnn"] = buffer.slot_source("rnn", steps + 1 if every_state else None, state_size)
     return views
+
+
+def _map(sources: Sources, make: Callable[[SlotSource], torch.Tensor]) -> Any:
+    """``make`` of every source, in the same nesting."""
+    return {key: _map(value, make) if isinstance(value, dict) else make(value)
+            for key, value in sources.items()}
+
+
+def _pairs(sources: Sources, batch: Any) -> Iterator[tuple[SlotSource, torch.Tensor]]:
+    """Every source with the batch tensor it copies into."""
+    for key, value in sources.items():
+        if isinstance(value, dict):
+            yield from _pairs(value, batch[key])
+        else:
+            yield value, batch[key]

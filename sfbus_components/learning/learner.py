@@ -38,6 +38,7 @@ from sfbus import (
     Topology,
     slot,
 )
+from sfbus_components.algo.trajectories import Trajectories
 from sfbus_components.datapath.buffers import PolicyWeights, TrajectoryBuffer, policy_array_specs
 from sfbus_components.datapath.messages import (
     BatchReady,
@@ -54,7 +55,7 @@ from sfbus_components.datapath.record import DataPath
 from sfbus_components.datapath.settings import build_policy
 from sfbus_components.datapath.slot_stages import LearnerSlots
 from sfbus_components.envs import env_spec
-from sfbus_components.learning.appo_update import AppoUpdate, Batch
+from sfbus_components.learning.appo_update import AppoUpdate
 from sfbus_components.learning.batch_copy import BatchCopy
 from sfbus_components.learning.checkpoint import config_fingerprint, load_newest
 from sfbus_components.learning.checkpoint_schedule import Kind, LearnerCheckpoints
@@ -222,7 +223,7 @@ class Learner(Actor):
                 self.report.checkpoint_failures.inc()
                 self.report_failure("checkpoint", error)
 
-    def train(self, batch: Batch) -> dict[str, Any]:
+    def train(self, batch: Trajectories) -> dict[str, Any]:
         """APPO epochs over ``batch`` (the ``BatchCopy`` layout, on the host); bumps the
         version. Any thread."""
         return self.update(batch, self.params, self.peers)

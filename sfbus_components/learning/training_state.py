@@ -80,10 +80,12 @@ class TrainingState:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
-    def to_device(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """``batch`` on the training device: the one place host memory enters it (on the CPU
-        the same tensors, no copy)."""
-        return {key: value.to(self.device, non_blocking=True) for key, value in batch.items()}
+    def to_device(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        """``batch`` (tensors, or mappings of them: a ``Trajectories``'s ``obs``) on the training
+        device, keyed as it is: the one place host memory enters it (on the CPU the same
+        tensors, no copy)."""
+        return {key: self.to_device(value) if isinstance(value, Mapping)
+                else value.to(self.device, non_blocking=True) for key, value in batch.items()}
 
     def minibatches(self, num: int, parts: int,
                     shuffle: bool = True) -> tuple[torch.Tensor | None, ...]:

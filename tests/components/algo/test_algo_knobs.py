@@ -4,6 +4,7 @@ minibatch order."""
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import replace
 
@@ -180,7 +181,7 @@ def test_minibatches_in_buffer_order_without_shuffling():
     assert sorted(shuffled) == list(range(64)) and shuffled != list(range(64))
 
 
-def test_mostly_invalid_batches_are_reported():
+def test_mostly_invalid_batches_are_reported(caplog: pytest.LogCaptureFixture):
     from tests.components.learning.test_learner import bandit_batch, bandit_learner
 
     learner = bandit_learner()
@@ -188,10 +189,10 @@ def test_mostly_invalid_batches_are_reported():
     batch["versions"][:6] -= 1000  # 6 of 8 trajectories lag past max_policy_lag
     result = learner.train(batch)
     assert result["valid_fraction"] == pytest.approx(0.25)
-    warnings = []
-    learner._warn.warning = lambda key, *args: warnings.append(key)  # what _report logs
-    learner._report(result)
-    assert warnings == ["invalid"]
+    with caplog.at_level(logging.WARNING):
+        learner._report(result)
+    assert [r.getMessage()[:44] for r in caplog.records if r.levelno == logging.WARNING] == [
+        "learner: only 25% of a batch's steps were va"]
 
 
 def test_kl_penalty_is_the_kl_to_the_behaviour_distribution():
@@ -211,7 +212,7 @@ def test_kl_penalty_is_the_kl_to_the_behaviour_distribution():
     loss0, stats0 = appo_loss(net, batch, plain)
     loss1, _ = appo_loss(net, batch, replace(plain, kl_loss_coeff=0.5))
     with torch.no_grad():  # the KL written out per head from the softmaxes
-        dist, _ = net.forward_sequence(batch["obs"], batch["rnn_states"],
+        dist, _ = net.forward_sequence(batch["obs"], batch["rnn"],
                                        torch.nn.functional.pad(batch["dones"], (0, 1)))
         logits = dist[:, :-1].logits
         kl = torch.zeros(logits.shape[:2])
@@ -245,7 +246,7 @@ def test_recurrence_runs_pieces_from_the_stored_states():
     net = ActorCritic({"obs": ((4,), "float32")}, (3, 2), None,
                       ModelConfig(core="gru", core_size=8, mlp_layers=(8,)))
     batch = make_batch(net, steps=6)
-    obs, dones, start = batch["obs"], batch["dones"], batch["rnn_states"]
+    obs, dones, start = batch["obs"], batch["dones"], batch["rnn"]
     with torch.no_grad():  # the state entering every step, stepped by hand
         states, state = [], start
         for t in range(7):
@@ -258,16 +259,16 @@ def test_recurrence_runs_pieces_from_the_stored_states():
     cfg = AppoConfig(normalize_returns=False)
     whole, stats = appo_loss(net, batch, cfg)
     for piece in (2, 3):
-        pieces, pieces_stats = appo_loss(net, {**batch, "rnn_states": stored},
+        pieces, pieces_stats = appo_loss(net, {**batch, "rnn": stored},
                                          replace(cfg, recurrence=piece))
         assert float(pieces.detach()) == pytest.approx(float(whole.detach()), rel=1e-5)
         assert float(pieces_stats["value_loss"]) == pytest.approx(float(stats["value_loss"]),
                                                                   rel=1e-5)
     stale = stored.clone()
     stale[:, 3] += 1.0  # a piece of 3 starts at step 3 from this state
-    moved, _ = appo_loss(net, {**batch, "rnn_states": stale}, replace(cfg, recurrence=3))
+    moved, _ = appo_loss(net, {**batch, "rnn": stale}, replace(cfg, recurrence=3))
     assert abs(float(moved.detach()) - float(whole.detach())) > 1e-4
-    unmoved, _ = appo_loss(net, {**batch, "rnn_states": stale}, replace(cfg, recurrence=2))
+    unmoved, _ = appo_loss(net, {**batch, "rnn": stale}, replace(cfg, recurrence=2))
     assert float(unmoved.detach()) == pytest.approx(float(whole.detach()), rel=1e-5)  # skips t=3
 
 

@@ -27,7 +27,7 @@ def net() -> ActorCritic:
 def stored_states(net: ActorCritic, batch: dict) -> torch.Tensor:
     """The state entering every step; the one entering T is left unzeroed after a done at T - 1,
     for gae_targets to zero."""
-    obs, dones, state = batch["obs"], batch["dones"], batch["rnn_states"]
+    obs, dones, state = batch["obs"], batch["dones"], batch["rnn"]
     states = []
     with torch.no_grad():
         for t in range(dones.shape[1] + 1):
@@ -45,7 +45,7 @@ def test_targets_come_from_the_behaviour_values_and_the_stored_state(net) -> Non
     batch["values"] = batch["values"] + torch.randn_like(batch["values"])  # stale behaviour
     stored = stored_states(net, batch)
     stored[:, -1] += 0.5 * torch.randn_like(stored[:, -1])  # unzeroed: must not matter for row 0
-    targets, advantages = gae_targets(net, {**batch, "rnn_states": stored}, GAE)
+    targets, advantages = gae_targets(net, {**batch, "rnn": stored}, GAE)
 
     with torch.no_grad():
         entering = stored[:, -1] * (1 - batch["dones"][:, -1:])
@@ -58,7 +58,7 @@ def test_targets_come_from_the_behaviour_values_and_the_stored_state(net) -> Non
     # the model's own values of steps 0..T-1 do not enter: a changed critic moves only V(x_T)
     with torch.no_grad():
         net.critic.bias.add_(1.0)
-    moved, _ = gae_targets(net, {**batch, "rnn_states": stored}, GAE)
+    moved, _ = gae_targets(net, {**batch, "rnn": stored}, GAE)
     assert not torch.allclose(moved, targets)
     torch.testing.assert_close(moved[0], targets[0])  # done at T - 1: V(x_T) is cut off
 
@@ -67,7 +67,7 @@ def test_the_loss_trains_on_given_targets_as_on_its_own(net) -> None:
     batch = make_batch(net, batch=4, steps=6)
     stored = stored_states(net, batch)
     own, own_stats = appo_loss(net, batch, GAE)
-    targets, advantages = gae_targets(net, {**batch, "rnn_states": stored}, GAE)
+    targets, advantages = gae_targets(net, {**batch, "rnn": stored}, GAE)
     given, given_stats = appo_loss(net, {**batch, "targets": targets, "advantages": advantages},
                                    GAE)
     assert float(given.detach()) == pytest.approx(float(own.detach()), rel=1e-5)
@@ -83,7 +83,7 @@ def test_the_returns_statistics_take_the_batch_once(net) -> None:
     stored = stored_states(net, batch)
     normalizer = ReturnsNormalizer()
     cfg = dataclasses.replace(GAE, normalize_returns=True)
-    targets, _ = gae_targets(net, {**batch, "rnn_states": stored}, cfg, normalizer)
+    targets, _ = gae_targets(net, {**batch, "rnn": stored}, cfg, normalizer)
     assert float(normalizer.count) == 4 * 6
     torch.testing.assert_close(normalizer.denormalize(targets).mean(), normalizer.mean.float(),
                                atol=1e-5, rtol=1e-5)

@@ -48,7 +48,7 @@ def test_inactive_steps_change_nothing_in_the_gradient() -> None:
     valids = member.valid_steps({"policies": policies, "versions": policies,
                                  "inactive": 1 - active})[:, :t]
     assert valids.sum() == b * t - 4 - 2
-    batch = {"obs": {"obs": torch.randn(b, t + 1, 3)}, "rnn_states": model.initial_state(b),
+    batch = {"obs": {"obs": torch.randn(b, t + 1, 3)}, "rnn": model.initial_state(b),
              "actions": torch.randint(0, 3, (b, t, 1)), "log_probs": torch.full((b, t), -1.1),
              "action_params": torch.randn(b, t, 3), "values": torch.randn(b, t),
              "rewards": torch.randn(b, t) * (active[:, :t] > 0), "dones": dones,

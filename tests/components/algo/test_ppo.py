@@ -108,14 +108,14 @@ def make_batch(model: ActorCritic, batch: int = 3, steps: int = 6, seed: int = 0
         params = dist[:, :steps].params
     return {
         "obs": obs,
-        "rnn_states": start,
+        "rnn": start,
         "actions": actions,
         "log_probs": log_probs,
         "action_params": params,
         "values": values[:, :steps],
         "rewards": torch.randn(batch, steps, generator=gen),
         "dones": dones,
-        "policy_versions": torch.full((batch, steps), 10),
+        "versions": torch.full((batch, steps), 10),
         "learner_version": 10,
         "_values_all": values,
     }
@@ -162,7 +162,7 @@ def test_appo_loss_on_policy_matches_hand_computation(model, with_vtrace, with_p
 
 def test_appo_loss_masks_samples_beyond_max_policy_lag(model):
     batch = make_batch(model)
-    batch["policy_versions"][0] = 0  # first trajectory lags 10 versions behind the learner
+    batch["versions"][0] = 0  # first trajectory lags 10 versions behind the learner
     cfg = dataclasses.replace(PLAIN, max_policy_lag=5)
     _, stats = appo_loss(model, batch, cfg)
     assert stats["valid_fraction"].item() == pytest.approx(2 / 3)
@@ -180,7 +180,7 @@ def test_appo_loss_masks_samples_beyond_max_policy_lag(model):
 
 def test_appo_loss_with_every_sample_masked_is_finite(model):
     batch = make_batch(model)
-    batch["policy_versions"][:] = 0
+    batch["versions"][:] = 0
     loss, stats = appo_loss(model, batch, dataclasses.replace(PLAIN, max_policy_lag=5))
     assert stats["valid_fraction"].item() == 0.0
     assert torch.isfinite(loss) and all(torch.isfinite(v) for v in stats.values())
@@ -195,7 +195,7 @@ def test_appo_loss_accepts_buffer_shaped_fields(model):
         else value
         for key, value in batch.items()
     }
-    padded["rnn_states"] = batch["rnn_states"][:, None].expand(-1, 7, -1)
+    padded["rnn"] = batch["rnn"][:, None].expand(-1, 7, -1)
     _, stats_padded = appo_loss(model, padded, PLAIN)
     assert stats_padded["loss"].item() == pytest.approx(stats["loss"].item())
 

@@ -111,7 +111,7 @@ def test_the_loss_trains_on_bootstrapped_targets_when_asked(with_vtrace: bool) -
     steps = 4
     batch = {
         "obs": {"obs": torch.randn(2, steps + 1, 3)},
-        "rnn_states": torch.zeros(2, 0),
+        "rnn": torch.zeros(2, 0),
         "actions": torch.randn(2, steps, 2),
         "log_probs": torch.randn(2, steps) - 2.0,
         "action_params": torch.zeros(2, steps, 4),
@@ -124,7 +124,7 @@ def test_the_loss_trains_on_bootstrapped_targets_when_asked(with_vtrace: bool) -
     # the behaviour-time values; both bootstrap from the model's V(x_T).
     with torch.no_grad():
         dist, values_all = model.forward_sequence(
-            batch["obs"], batch["rnn_states"], torch.tensor([[*d, 0] for d in DONES]))
+            batch["obs"], batch["rnn"], torch.tensor([[*d, 0] for d in DONES]))
         values, boot = values_all[:, :steps].tolist(), values_all[:, steps].tolist()
         rhos = (dist[:, :steps].log_prob(batch["actions"]) - batch["log_probs"]).exp().tolist()
 
@@ -156,7 +156,7 @@ def test_the_loss_trains_on_bootstrapped_targets_when_asked(with_vtrace: bool) -
 def test_value_bootstrap_without_time_outs_in_the_batch_is_refused() -> None:
     model = ActorCritic({"obs": ((3,), "float32")}, (2,), None,
                         ModelConfig(core="none", mlp_layers=(8,)))
-    batch = {"obs": {"obs": torch.randn(1, 3, 3)}, "rnn_states": torch.zeros(1, 0),
+    batch = {"obs": {"obs": torch.randn(1, 3, 3)}, "rnn": torch.zeros(1, 0),
              "actions": torch.zeros(1, 2, 1, dtype=torch.int64), "log_probs": torch.zeros(1, 2),
              "action_params": torch.zeros(1, 2, 2),
              "values": torch.zeros(1, 2), "rewards": torch.zeros(1, 2),

@@ -139,7 +139,7 @@ def make_learner() -> Learner:
 def random_batch(learner: Learner, seed: int, n: int = 8) -> dict:
     """A random batch in ``BatchCopy``'s layout, acted by the learner's version."""
     gen = torch.Generator().manual_seed(seed)
-    return {"obs.obs": torch.randn(n, T + 1, 4, generator=gen) * 3 + 1,
+    return {"obs": {"obs": torch.randn(n, T + 1, 4, generator=gen) * 3 + 1},
             "rnn": torch.randn(n, 16, generator=gen) * 0.1,
             "actions": torch.randint(0, 2, (n, T, 1), generator=gen),
             "log_probs": torch.full((n, T), math.log(0.5)),

@@ -16,7 +16,7 @@ import torch
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
 from sfbus_components.algo import AppoConfig
-from sfbus_components.datapath.buffers import PolicyWeights, TrajectoryBuffer
+from sfbus_components.datapath.buffers import STEP_FIELDS, PolicyWeights, TrajectoryBuffer
 from sfbus_components.datapath.messages import (
     BatchReady,
     LearnerIdle,
@@ -24,7 +24,7 @@ from sfbus_components.datapath.messages import (
     TrainingStats,
     WeightsUpdated,
 )
-from sfbus_components.datapath.record import DataPath
+from sfbus_components.datapath.record import DataPath, TrajectoryWriter
 from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.learning.checkpoint import CheckpointError
 from sfbus_components.learning.learner import Learner
@@ -38,7 +38,7 @@ SETTINGS = {"env": "gym:CartPole-v1", "rollout": T, "num_envs": 4, "num_splits":
 APPO = AppoConfig(lr=1e-3)
 
 
-class FakeRollout(Actor):
+class FakeRollout(TrajectoryWriter):
     """A rollout worker that only owns a trajectory buffer filled with random steps."""
 
     Params = DataPathParams
@@ -191,10 +191,12 @@ async def test_async_releases_before_training_and_publishes(transport, device):
         order = [(w, s) for w, slots in groups.items() for s in slots]
         for i, (w, s) in enumerate(order):
             fields = workers[w].buffer.torch
-            assert torch.equal(batch["obs.obs"][i], fields["obs.obs"][s])
+            assert torch.equal(batch["obs"]["obs"][i], fields["obs.obs"][s])
             assert torch.equal(batch["actions"][i], fields["actions"][s, :T])
             assert torch.equal(batch["rnn"][i], fields["rnn"][s, 0])
-        assert batch["obs.obs"].shape == (8, T + 1, 4) and batch["rewards"].shape == (8, T)
+        assert batch["obs"]["obs"].shape == (8, T + 1, 4) and batch["rewards"].shape == (8, T)
+        # keyed as the buffer's arrays, obs.<key> nested under obs: the names the loss reads
+        assert set(batch) == {"obs", *STEP_FIELDS} and set(batch["obs"]) == {"obs"}
 
 
 def test_more_minibatches_than_trajectories_is_refused_at_validation():
@@ -323,7 +325,7 @@ def bandit_batch(learner: Learner, gen: torch.Generator, n: int = 8) -> dict:
         params = dist.params.cpu()
     actions, log_probs, values = actions.cpu(), log_probs.cpu(), values.cpu()  # as in a batch
     rewards = (actions[..., 0] == (obs[:, :T, 0] > 0).long()).float()
-    return {"obs.obs": obs, "rnn": torch.zeros(n, 0), "actions": actions,
+    return {"obs": {"obs": obs}, "rnn": torch.zeros(n, 0), "actions": actions,
             "log_probs": log_probs, "action_params": params, "values": values,
             "rewards": rewards, "dones": dones, "time_outs": torch.zeros(n, T, dtype=torch.uint8),
             "versions": torch.full((n, T), learner.training.version, dtype=torch.int64),

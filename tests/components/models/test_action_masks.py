@@ -105,7 +105,7 @@ def test_the_model_and_the_learner_loss_apply_the_mask() -> None:
     assert (out.action_logits[mask[:, 0] == 0] == -1e9).all()
     dist, _ = model.forward_sequence(obs, model.initial_state(b), torch.zeros(b, t + 1))
     actions = dist.sample()[:, :t]
-    batch = {"obs": obs, "rnn_states": model.initial_state(b), "actions": actions,
+    batch = {"obs": obs, "rnn": model.initial_state(b), "actions": actions,
              "log_probs": dist.log_prob(actions)[:, :t].detach(),
              "action_params": dist.params[:, :t].detach(), "values": torch.zeros(b, t),
              "rewards": torch.randn(b, t), "dones": torch.zeros(b, t),

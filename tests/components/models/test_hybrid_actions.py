@@ -207,7 +207,7 @@ def test_the_model_acts_and_the_learner_loss_trains_both_heads() -> None:
     actions = dist.sample()[:, :t]
     # mu a little off pi, so the KL term is not zero
     params = dist.params[:, :t].detach() + 0.1 * torch.randn(b, t, sum(HEADS) + 2 * DIM)
-    batch = {"obs": obs, "rnn_states": model.initial_state(b), "actions": actions,
+    batch = {"obs": obs, "rnn": model.initial_state(b), "actions": actions,
              "log_probs": ActionDistribution.from_params(params, HEADS, DIM).log_prob(actions),
              "action_params": params, "values": torch.zeros(b, t),
              "rewards": torch.randn(b, t), "dones": torch.zeros(b, t),
@@ -222,9 +222,9 @@ def test_the_model_acts_and_the_learner_loss_trains_both_heads() -> None:
     assert model.actor_box.log_std.grad.abs().sum() > 0
     # the learner's pass in pieces (appo.recurrence) rebuilds the hybrid from its parameters
     pieces = {**batch, "obs": {"obs": torch.randn(b, 4 + 1, 4)},
-              "rnn_states": torch.zeros(b, 4 + 1, model.state_size),
+              "rnn": torch.zeros(b, 4 + 1, model.state_size),
               **{k: torch.cat([v, v[:, :1]], 1) for k, v in batch.items()
-                 if k not in ("obs", "rnn_states")}}
+                 if k not in ("obs", "rnn")}}
     loss, stats = appo_loss(model, pieces, AppoConfig(recurrence=2, normalize_returns=False))
     assert torch.isfinite(loss) and stats["kl"] > 0
 

@@ -103,11 +103,13 @@ async def test_learner_copies_a_batch_out_of_the_block_layout() -> None:
         batch, groups = learner.batches.copy(msg)
         order = [(w, s) for w, slots in groups.items() for s in slots]
         steps, state = tl.T, learner.params.state_size
-        assert batch["obs.obs"].shape == (8, steps + 1, 4) and batch["rnn"].shape == (8, state)
+        assert batch["obs"]["obs"].shape == (8, steps + 1, 4) and batch["rnn"].shape == (8, state)
         for i, (w, s) in enumerate(order):
             b = workers[w].buffer
             fields = b.torch
-            for key, value in batch.items():
+            copied = {**{f"obs.{k}": v for k, v in batch["obs"].items()},
+                      **{k: v for k, v in batch.items() if k != "obs"}}
+            for key, value in copied.items():
                 t = slice(None) if key.startswith("obs.") else slice(steps)
                 expected = (fields["rnn"][b.at(s, 0)][:state] if key == "rnn"
                             else fields[key][b.at(s, t)])
