@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from sfbus.host import ProcessHost
@@ -115,7 +116,7 @@ async def _main(run_dir: Path, process: str) -> list[str]:
         cores = spec.cpu_affinity
         if spec.replicas > 1:
             cores = (cores[instance.replica % len(cores)],)
-        os.sched_setaffinity(0, [c % os.cpu_count() for c in cores])
+        os.sched_setaffinity(0, pinned_cores(cores, os.sched_getaffinity(0)))
     if spec.nice:
         os.nice(spec.nice)
     host = ProcessHost(
@@ -146,3 +147,10 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def pinned_cores(ids: Sequence[int], allowed: Iterable[int]) -> set[int]:
+    """The cores a process's ``cpu_affinity`` ids name: ids count within the cores the run was
+    given (all of the machine's, or a launcher's share), wrapping around."""
+    usable = sorted(allowed)
+    return {usable[i % len(usable)] for i in ids}

@@ -243,7 +243,7 @@ class _Builder:
             path: KeyPath = ("processes", pname)
             self.name(path, "process")
             self.mapping(path, PROCESS_KEYS, required=("actors",))
-            cores = os.cpu_count() or 1
+            cores = len(os.sched_getaffinity(0))  # the run's cores (a rank's share)
             replicas = self.typed_or_auto((*path, "replicas"), int, 1, cores)
             if not 1 <= replicas <= MAX_REPLICAS:
                 raise self.fail((*path, "replicas"),

@@ -59,7 +59,7 @@ from sfbus_components.learning.appo_update import AppoUpdate
 from sfbus_components.learning.batch_copy import BatchCopy
 from sfbus_components.learning.checkpoint import config_fingerprint, load_newest
 from sfbus_components.learning.checkpoint_schedule import Kind, LearnerCheckpoints
-from sfbus_components.learning.distributed import Peers, check_supported, group_from_env, join_peers
+from sfbus_components.learning.distributed import Peers, check_supported, join_peers
 from sfbus_components.learning.faults import NumericsGuard, restore_published
 from sfbus_components.learning.heap import keep_freed_memory
 from sfbus_components.learning.learner_params import LearnerParams
@@ -143,8 +143,7 @@ class Learner(Actor):
         """Build, attach the workers' buffers, resume from a checkpoint, publish, say idle."""
         assert self.context is not None
         p = self.params
-        group = group_from_env()
-        self.build(resolve_device(p.device, p.policy + (group.local_rank if group else 0)))
+        self.build(resolve_device(p.device, p.policy))
         self.log.info("%s: policy %d trains on %s", self.name, p.policy,
                       describe_device(self.training.device))
         data_path = self.context.records[DataPath]

@@ -1,13 +1,16 @@
 """Which torch device an actor computes on: the ``device`` setting resolved against the machine.
 
 ``auto`` takes a CUDA GPU when one is visible and the CPU otherwise; ``cuda`` asks for a GPU;
-``cuda:N`` names one. Without an index, the actor of policy ``i`` gets GPU ``i mod n`` (as Sample
-Factory places policies), so a population spreads over the GPUs a machine has. Shared memory stays
+``cuda:N`` names one. Without an index, the actor of policy ``i`` in local rank ``r`` gets GPU
+``(r + i) mod n``: a population on one rank spreads over the machine's GPUs as Sample Factory places
+policies, and under ``torchrun --nproc-per-node G`` rank ``r``'s learner and inference share GPU
+``r`` (``LOCAL_RANK``, which torchrun sets and ``sfbus run --nodes`` sets to 0). Shared memory stays
 on the host either way: what runs on a GPU copies its inputs in through pinned host buffers.
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 import torch
@@ -30,12 +33,23 @@ def check_device(setting: str) -> None:
                          f"CUDA GPU(s), numbered from 0")
 
 
+def local_rank() -> int:
+    """This process's rank among the ranks torchrun started on this machine (0 when alone)."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def gpu_index(policy: int, rank: int, gpus: int) -> int:
+    """The GPU of ``policy``'s actor in local rank ``rank`` among ``gpus``: ranks first, then
+    policies, so G ranks of one policy take one GPU each and one rank's policies spread."""
+    return (rank + policy) % gpus
+
+
 def resolve_device(setting: str, policy: int = 0) -> torch.device:
-    """The device ``setting`` means for the actor of ``policy`` on this machine."""
+    """The device ``setting`` means for the actor of ``policy`` in this process's local rank."""
     if setting == "cpu" or (setting == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if setting in ("auto", "cuda"):
-        return torch.device("cuda", policy % torch.cuda.device_count())
+        return torch.device("cuda", gpu_index(policy, local_rank(), torch.cuda.device_count()))
     return torch.device(setting)
 
 
