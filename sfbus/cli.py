@@ -79,11 +79,10 @@ def _port(text: str) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Check a topology file and print a one-line summary."""
-    from sfbus.validation import launch_notes, validate_topology
+    from sfbus.validation import print_notes, validate_topology
 
     topology = validate_topology(args.topology, getattr(args, "set", None) or ())
-    for note in launch_notes(topology):
-        print(f"note: {note}", file=sys.stderr)
+    print_notes(topology)
     actors = sum(len(p.actors) * p.replicas for p in topology.processes)
     processes = sum(p.replicas for p in topology.processes)
     print(f"{args.topology}: ok ({processes} processes, {actors} actors, "

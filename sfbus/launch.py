@@ -42,7 +42,7 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
     from sfbus.rundir import RunDirLock, append_history, check_run_dir, new_run_dir
     from sfbus.seeding import seeded
     from sfbus.supervisor import RunOptions, Supervisor
-    from sfbus.validation import check_shared_memory, launch_notes, read_topology
+    from sfbus.validation import check_shared_memory, print_notes, read_topology
 
     _check_limits(max_seconds, max_frames, metrics_port)
     if STOP_WITH_PARENT_ENV in os.environ:  # a sweep's run: it ends when the sweep dies
@@ -50,6 +50,7 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
 
         stop_when_parent_exits(os.environ[STOP_WITH_PARENT_ENV])
     lock: RunDirLock | None = None  # held until this process exits
+    drawn: tuple[str, ...] = ()  # the note on a seed drawn for a new run
     try:
         if resume:
             if run_dir and Path(run_dir).resolve() != Path(resume).resolve():
@@ -65,9 +66,7 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
         elif topology is None:
             raise BadInput("sfbus run: give a topology file, or --resume RUN_DIR")
         else:
-            loaded, overrides = seeded(os.fspath(topology), tuple(overrides))
-        for note in launch_notes(loaded):
-            print(f"note: {note}", file=sys.stderr)
+            loaded, overrides, drawn = seeded(os.fspath(topology), tuple(overrides))
         _ask_actors(loaded, "check_limits", RunLimits(max_frames, max_seconds))
         # impossible sizes are bad input: check before starting
         check_shared_memory(RoutingTable(loaded).array_specs(), free=True)
@@ -85,6 +84,7 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
         except OSError as error:  # a full disk: refused before anything starts
             raise RunDirError(f"cannot write the run directory {directory}: "
                               f"{error.strerror or error}") from None
+        print_notes(loaded, drawn)  # once every check passed: a refusal stays one error line
         options = RunOptions(run_dir=directory, max_seconds=max_seconds, max_frames=max_frames,
                              metrics_port=port, lock_fd=lock.fd)
         if serial:
@@ -140,6 +140,8 @@ def _check_given_file(run_dir: Path, file: str, overrides: tuple[str, ...],
                        f"{resumed.name!r}, not {given.name!r}; resume it without a file, or "
                        "with its own")
     differ = _differences(resumed.document, given.document)
+    if "seed" not in given.settings:  # the seed the run drew at its start (sfbus.seeding)
+        differ = [d for d in differ if d != "settings.seed"]
     if differ:
         shown = ", ".join(differ[:5]) + (", ..." if len(differ) > 5 else "")
         print(f"note: --resume {run_dir} runs the run's own topology and settings; {file} "

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-import sys
 
 from sfbus.topology.model import Topology
 
@@ -31,16 +30,16 @@ def seed_to_draw(topology: Topology) -> int | None:
     return secrets.randbits(SEED_BITS) if takes_seed else None
 
 
-def seeded(file: str, overrides: tuple[str, ...]) -> tuple[Topology, tuple[str, ...]]:
-    """The new run's topology and overrides: as given, or with a seed drawn now added as
-    ``seed=N`` (said on stderr: the run is repeated with ``--seed N``)."""
+def seeded(file: str, overrides: tuple[str, ...]
+           ) -> tuple[Topology, tuple[str, ...], tuple[str, ...]]:
+    """The new run's topology and overrides, as given or with a seed drawn now added as
+    ``seed=N``, and the note that says so (the run is repeated with ``--seed N``)."""
     from sfbus.validation import read_topology
 
     topology = read_topology(file, overrides)
     seed = seed_to_draw(topology)
     if seed is None:
-        return topology, overrides
+        return topology, overrides, ()
     overrides = (*overrides, f"seed={seed}")  # in the snapshot and history: --resume keeps it
-    print(f"note: seed {seed} drawn at random (no seed setting); repeat this run with "
-          f"--seed {seed}", file=sys.stderr)
-    return read_topology(file, overrides), overrides
+    note = f"seed {seed} drawn at random (no seed setting); repeat this run with --seed {seed}"
+    return read_topology(file, overrides), overrides, (note,)

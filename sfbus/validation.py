@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -47,6 +48,12 @@ def launch_notes(topology: Topology) -> list[str]:
             if callable(method):
                 notes.update(dict.fromkeys(method(topology)))
     return list(notes)
+
+
+def print_notes(topology: Topology, first: Sequence[str] = ()) -> None:
+    """Print ``first``, then the topology's :func:`launch_notes`, as ``note:`` lines on stderr."""
+    for note in (*first, *launch_notes(topology)):
+        print(f"note: {note}", file=sys.stderr)
 
 
 _MAX_SEGMENT_BYTES = 2**63 - 1  # off_t: no file, hence no segment, can be larger
