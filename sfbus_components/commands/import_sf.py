@@ -1,8 +1,9 @@
 """``sfbus import-sf SF_EXPERIMENT_DIR``: a Sample Factory 2.x experiment as an sfbus run directory.
 
-The experiment's ``config.json`` becomes a topology (``topologies/appo_local_inference.yaml``
-for VizDoom, ``topologies/appo.yaml`` otherwise, with Sample Factory's settings where sfbus has
-them; the ones it has not are named in one ``note:`` line), and the newest checkpoint of
+The experiment's ``config.json`` becomes a topology (the layout ``--topology`` names, by default
+``topologies/appo_local_inference.yaml`` for VizDoom and ``topologies/appo.yaml`` otherwise, with
+Sample Factory's settings where sfbus has them; the ones it has not are named in one ``note:``
+line), and the newest checkpoint of
 ``--policy`` becomes the policy's first checkpoint (its weights and normalizer statistics,
 :mod:`sfbus_components.commands.sf_checkpoint`; Adam's moments start afresh). The run directory
 (default ``runs/sf/<experiment>``) then holds what a stopped ``sfbus run`` leaves:
@@ -84,6 +85,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="where to write it (default: runs/sf/<experiment>)")
     parser.add_argument("--policy", type=int, default=0, metavar="N",
                         help="Sample Factory's policy index (default: 0)")
+    parser.add_argument("--topology", metavar="FILE",
+                        help="the layout to import into, its settings overridden by the "
+                             "experiment's (default: topologies/appo_local_inference.yaml for "
+                             "VizDoom, topologies/appo.yaml otherwise)")
     parser.set_defaults(func=cmd_import_sf)
 
 
@@ -95,7 +100,7 @@ def cmd_import_sf(args: argparse.Namespace) -> int:
     _check_new(run_dir)
     created = not run_dir.exists()
     try:
-        version, skipped = write_run_dir(experiment, run_dir)
+        version, skipped = write_run_dir(experiment, run_dir, args.topology)
     except BaseException:
         _remove(run_dir, created)  # nothing left behind
         raise
@@ -107,9 +112,11 @@ def cmd_import_sf(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_run_dir(experiment: Experiment, run_dir: Path) -> tuple[int, list[str]]:
-    """Write the run directory of ``experiment``; returns the checkpoint's version and the
-    names of Sample Factory's settings that were not imported."""
+def write_run_dir(experiment: Experiment, run_dir: Path,
+                  topology: str | None = None) -> tuple[int, list[str]]:
+    """Write the run directory of ``experiment``, its layout ``topology`` (None: the default
+    for its env); returns the checkpoint's version and the names of Sample Factory's settings
+    that were not imported."""
     from sfbus.rundir import Manifest, make_private_dir, write_manifest, write_snapshot
     from sfbus_components.commands.enjoy import learner_params
     from sfbus_components.learning.checkpoint import config_fingerprint, save_checkpoint
@@ -122,7 +129,7 @@ def write_run_dir(experiment: Experiment, run_dir: Path) -> tuple[int, list[str]
         raise BadInput(f"{experiment.folder}: env {config['env']}: only discrete actions are "
                        "imported")
     model = model_settings(config, bool(image), "measurements" in spec.observation_space)
-    document = _topology(env, config, model)
+    document = _topology(env, config, model, _base_topology(env, topology))
     make_private_dir(run_dir)
     snapshot = write_snapshot(run_dir, document)
     params = learner_params(run_dir, None)
@@ -170,8 +177,25 @@ def _env_spec(env: str, kwargs: dict[str, Any]) -> Any:
                        f"{type(error).__name__}: {error}") from None
 
 
-def _topology(env: str, config: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
-    """The merged topology document of the imported run (what ``sfbus run`` snapshots)."""
+def _base_topology(env: str, given: str | None) -> Path:
+    """The topology file the import extends: ``given``, or the default for ``env`` from the
+    source tree's ``topologies/`` (a wheel has none: then ``--topology`` is needed)."""
+    if given is not None:
+        if not Path(given).is_file():
+            raise BadInput(f"--topology {given}: no such file")
+        return Path(given).resolve()
+    default = TOPOLOGIES / ("appo_local_inference.yaml" if env.startswith("doom_") else
+                            "appo.yaml")
+    if not default.is_file():
+        raise BadInput(f"{default}: not found (sfbus installed without its topologies/); give "
+                       "the layout to import into with --topology FILE")
+    return default
+
+
+def _topology(env: str, config: dict[str, Any], model: dict[str, Any],
+              base: Path) -> dict[str, Any]:
+    """The merged topology document of the imported run (what ``sfbus run`` snapshots): ``base``
+    with the experiment's settings."""
     from sfbus.validation import read_topology
 
     settings: dict[str, Any] = {"env": env, "model": model}
@@ -189,12 +213,11 @@ def _topology(env: str, config: dict[str, Any], model: dict[str, Any]) -> dict[s
         _put(settings, "appo.recurrence", recurrence)
     if config.get("seed") is not None:
         settings["seed"] = int(config["seed"])
-    base = "appo_local_inference.yaml" if env.startswith("doom_") else "appo.yaml"
     name = f"sf_{config.get('experiment', 'experiment')}"
     processes = {"rollout": {"replicas": int(config.get("num_workers", 1))}}
     with tempfile.TemporaryDirectory(prefix="sfbus-import-sf-") as tmp:
         file = Path(tmp) / "topology.yaml"
-        file.write_text(dump_yaml({"name": name, "extends": str(TOPOLOGIES / base),
+        file.write_text(dump_yaml({"name": name, "extends": str(base),
                                    "settings": settings, "processes": processes}))
         loaded = read_topology(str(file))
         if "seed" not in settings:  # drawn now, as `sfbus run` draws it, and kept in the run

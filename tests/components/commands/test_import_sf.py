@@ -105,6 +105,17 @@ def test_settings_and_counters_follow_config_json(imported):
     assert (cartpole["model"]["core"], cartpole["model"]["mlp_layers"]) == ("none", [32, 32])
 
 
+def test_topology_names_the_layout_imported_into(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    code, _, _ = import_sf(capsys, str(FIXTURES / "cartpole"), "--run-dir", str(run_dir),
+                           "--topology", str(ROOT / "topologies" / "cartpole.yaml"))
+    assert code == 0
+    snapshot = yaml.safe_load((run_dir / "topology.yaml").read_text())
+    assert snapshot["name"] == "sf_cartpole"
+    assert snapshot["settings"]["report_every_s"] == 2  # cartpole.yaml's own
+    assert snapshot["settings"]["appo"]["num_epochs"] == 1  # the experiment's, over its 2
+
+
 def test_enjoy_and_eval_take_the_imported_mlp_run(imported, capsys):
     cartpole = str(imported["cartpole"])
     assert main(["enjoy", cartpole, "--episodes", "1", "--max-steps", "20", "--seed", "1"]) == 0
@@ -145,19 +156,21 @@ def _experiment_with(tmp_path: Path, name: str, **changes: object) -> Path:
     return folder
 
 
-@pytest.mark.parametrize(("make", "message"), [
-    (lambda tmp: tmp, "not a Sample Factory experiment (no config.json)"),
-    (lambda tmp: _experiment_with(tmp, "cartpole", env="NoSuchEnv-v9"),
+@pytest.mark.parametrize(("make", "extra", "message"), [
+    (lambda tmp: tmp, (), "not a Sample Factory experiment (no config.json)"),
+    (lambda tmp: _experiment_with(tmp, "cartpole", env="NoSuchEnv-v9"), (),
      "env 'NoSuchEnv-v9' is not imported"),
-    (lambda tmp: _experiment_with(tmp, "cartpole", actor_critic_share_weights=False),
+    (lambda tmp: _experiment_with(tmp, "cartpole", actor_critic_share_weights=False), (),
      "actor_critic_share_weights false is not imported"),
-    (lambda tmp: _experiment_with(tmp, "doom_basic", rnn_size=32),
+    (lambda tmp: _experiment_with(tmp, "doom_basic", rnn_size=32), (),
      "the model does not match the sfbus model its config.json describes"),
-], ids=["not_sf", "unknown_env", "separate_weights", "weights_mismatch"])
-def test_bad_experiment_is_one_error_line_exit_2_and_nothing_written(make, message, tmp_path,
-                                                                      capsys):
+    (lambda tmp: FIXTURES / "cartpole", ("--topology", "no/such.yaml"),
+     "--topology no/such.yaml: no such file"),
+], ids=["not_sf", "unknown_env", "separate_weights", "weights_mismatch", "no_topology"])
+def test_bad_experiment_is_one_error_line_exit_2_and_nothing_written(make, extra, message,
+                                                                      tmp_path, capsys):
     run_dir = tmp_path / "out" / "run"
-    code, out, err = import_sf(capsys, str(make(tmp_path)), "--run-dir", str(run_dir))
+    code, out, err = import_sf(capsys, str(make(tmp_path)), "--run-dir", str(run_dir), *extra)
     assert code == 2 and not out
     assert err.count("\n") == 1 and err.startswith("error: ") and message in err
     assert not run_dir.exists()
