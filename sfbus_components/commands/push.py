@@ -138,12 +138,12 @@ def _prepare_folder(folder: Path) -> None:
 
 
 def _max_frames(run_dir: Path, trained: int) -> int:
-    """The run's ``--max-frames`` (``run.json``), else the frames the checkpoint trained on."""
-    from sfbus.rundir import read_manifest
-
+    """The run's ``--max-frames`` (its limits as ``run.json`` records them, ``RunLimits``), else
+    the frames the checkpoint trained on."""
     try:
-        return read_manifest(run_dir).limits.max_frames or trained
-    except (OSError, ValueError):  # no run.json (a copied run): the checkpoint's count
+        limits = json.loads((run_dir / "run.json").read_text())["limits"]
+        return int(limits["max_frames"] or trained)
+    except (OSError, ValueError, KeyError, TypeError):  # no run.json (a copied run)
         return trained
 
 
