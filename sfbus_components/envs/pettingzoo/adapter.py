@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from sfbus_components.envs.family import UnknownEnvError
+from sfbus_components.envs.family import EnvNotInstalledError, UnknownEnvError
 from sfbus_components.envs.gym.adapter import GymAction, _action_space, _obs_field
 from sfbus_components.envs.spec import (
     EnvSpec,
@@ -34,6 +34,8 @@ from sfbus_components.envs.spec import (
 )
 
 PREFIX = "pettingzoo:"
+# Env packages outside PettingZoo that the multiagent extra installs.
+_IN_EXTRA = ("mpe2",)
 
 
 class AgentSpacesError(ValueError):
@@ -224,6 +226,10 @@ def _import(module_name: str, name: str, hint: str) -> Any:
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as e:
+        top = module_name.partition(".")[0]
+        if top in _IN_EXTRA and not _imports(top):
+            raise EnvNotInstalledError(f"env {name!r} needs the package {top}, which is not "
+                                       "installed: pip install 'sfbus[multiagent]'") from None
         if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
             raise UnknownEnvError(
                 f"unknown env {name!r}: no module {module_name!r}{hint or '.'} Name an id of "
@@ -233,3 +239,12 @@ def _import(module_name: str, name: str, hint: str) -> Any:
         raise UnknownEnvError(f"env {name!r}: importing {module_name!r} failed: {e}") from e
     except ImportError as e:  # pettingzoo's families raise DependencyNotInstalled(ImportError)
         raise UnknownEnvError(f"env {name!r}: importing {module_name!r} failed: {e}") from e
+
+
+def _imports(module_name: str) -> bool:
+    """Whether module `module_name` imports."""
+    try:
+        importlib.import_module(module_name)
+    except ImportError:
+        return False
+    return True

@@ -65,10 +65,13 @@ def test_every_built_in_family_names_importable_functions(prefix: str) -> None:
     ("atari_breakout", "ale_py", "sfbus[atari]"),
     ("mujoco_halfcheetah", "mujoco", "sfbus[mujoco]"),
     ("pettingzoo:mpe2.simple_spread_v3", "pettingzoo", "sfbus[multiagent]"),
+    ("pettingzoo:mpe2.simple_spread_v3", "mpe2", "sfbus[multiagent]"),
     ("envpool:Pong-v5", "envpool", "sfbus[envpool]"),
 ])
 def test_a_missing_family_package_names_its_extra(
         monkeypatch: pytest.MonkeyPatch, name: str, blocked: str, install: str) -> None:
+    for loaded in [m for m in sys.modules if m == blocked or m.startswith(blocked + ".")]:
+        monkeypatch.setitem(sys.modules, loaded, None)  # its submodules too, if imported before
     monkeypatch.setitem(sys.modules, blocked, None)
     with pytest.raises(EnvNotInstalledError) as error:
         make_env(name)
