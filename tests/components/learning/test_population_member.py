@@ -28,7 +28,7 @@ from tests.components.learning.test_learner import (
 )
 from tests.kernel.conftest import hosted
 
-HERE = "tests.components.pbt.test_pbt_learner"
+HERE = "tests.components.learning.test_population_member"
 
 
 class PbtDriver(Actor):
