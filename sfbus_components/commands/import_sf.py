@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sfbus import BadInput
+from sfbus import BadInput, SfbusError
 from sfbus.topology.yaml_source import dump_yaml
 from sfbus_components.commands.sf_checkpoint import (
     Experiment,
@@ -101,8 +101,10 @@ def cmd_import_sf(args: argparse.Namespace) -> int:
     created = not run_dir.exists()
     try:
         version, skipped = write_run_dir(experiment, run_dir, args.topology)
-    except BaseException:
+    except BaseException as error:
         _remove(run_dir, created)  # nothing left behind
+        if isinstance(error, OSError):  # a full disk, a folder made read-only: exit 1
+            raise SfbusError(f"cannot write {run_dir}: {error.strerror or error}") from None
         raise
     print(f"{folder} -> {run_dir}: {experiment.checkpoint.name} as version {version} "
           f"(sfbus enjoy {run_dir}; fine-tune with sfbus run --resume {run_dir})")
