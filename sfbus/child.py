@@ -145,12 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if lost else 0  # work lost at stop: the run must not look finished
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def pinned_cores(ids: Sequence[int], allowed: Iterable[int]) -> set[int]:
     """The cores a process's ``cpu_affinity`` ids name: ids count within the cores the run was
     given (all of the machine's, or a launcher's share), wrapping around."""
     usable = sorted(allowed)
     return {usable[i % len(usable)] for i in ids}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
