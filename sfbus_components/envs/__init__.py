@@ -1,6 +1,6 @@
 """Environments behind one small interface: `make_env(name)` gives a `MultiAgentEnv`.
 
-Names: short names from `register_env` (built in: `toy_multi_agent`, `doom_duel`) or from the
+Names: short names from `register_env` (built in: `toy_multi_agent`) or from the
 `sfbus.envs` entry points of installed packages; a family's, by prefix, each family in a folder
 of its own: `doom_<scenario>` (VizDoom, e.g. `doom_basic`), `atari_<game>` (ale-py, e.g.
 `atari_breakout`), `mujoco_<name>` (gymnasium's MuJoCo, e.g. `mujoco_halfcheetah`),

@@ -39,7 +39,8 @@ _ENVS = "sfbus_components.envs"
 # names the extra that installs what it needs (pyproject.toml's optional dependencies).
 FAMILIES: dict[str, EnvFamily] = {
     "doom_": EnvFamily(f"{_ENVS}.doom.family:resolve_scenario",
-                       "'doom_<scenario>' for VizDoom's and Sample Factory's scenarios",
+                       "'doom_<scenario>' for VizDoom's and Sample Factory's scenarios (and "
+                       "'doom_duel')",
                        ("vizdoom", "cv2"), "sfbus[doom]", f"{_ENVS}.doom.family:doom_names"),
     "doom:": EnvFamily(f"{_ENVS}.doom.family:resolve_cfg",
                        "'doom:<path.cfg>' for a VizDoom scenario of your own",
@@ -63,7 +64,6 @@ FAMILIES: dict[str, EnvFamily] = {
 # Short names of built-in envs, as import strings so nothing heavy loads until used.
 _REGISTRY: dict[str, Factory | str] = {
     "toy_multi_agent": f"{_ENVS}.multi_agent:make_toy_env",
-    "doom_duel": f"{_ENVS}.doom.duel:make_doom_duel",
 }
 _FAMILIES: dict[str, EnvFamily] = {}
 """Families registered in this process (`register_env_family`)."""

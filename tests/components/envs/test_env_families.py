@@ -61,6 +61,7 @@ def test_every_built_in_family_names_importable_functions(prefix: str) -> None:
 
 @pytest.mark.parametrize(("name", "blocked", "install"), [
     ("doom_basic", "vizdoom", "sfbus[doom]"),
+    ("doom_duel", "vizdoom", "sfbus[doom]"),
     ("doom:arena.cfg", "cv2", "sfbus[doom]"),
     ("atari_breakout", "ale_py", "sfbus[atari]"),
     ("mujoco_halfcheetah", "mujoco", "sfbus[mujoco]"),
