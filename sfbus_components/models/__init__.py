@@ -1,4 +1,5 @@
-"""Actor-critic models: encoders, recurrent core, action distributions."""
+"""Actor-critic models: encoders, recurrent core, action distributions, the observation and
+returns normalizers, and the policy built from an env's spec and a model config."""
 
 from sfbus_components.models.actor_critic import ActorCritic, StepOutput
 from sfbus_components.models.config import ModelConfig
