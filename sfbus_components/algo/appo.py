@@ -88,40 +88,42 @@ def appo_loss(
         loss = loss + cfg.kl_loss_coeff * kl_old
 
     with torch.no_grad():
-        log_ratio = log_prob_new.detach() - log_prob_old
-        ratio = torch.exp(log_ratio)
-        low, high = cfg.clip_range
-        value_delta = (values.detach() - step["values"].float()).abs()
         # The figures, under TrainingStats' names (sfbus_components.datapath.messages); the
         # learner averages each over a batch's minibatches (*_min, *_max: their min, max).
-        # The maxima of non-negative figures as masked products: 0 without a valid step.
-        stats = {
-            "loss": loss.detach(),
-            "policy_loss": loss_pi.detach(),
-            "value_loss": loss_v.detach(),
-            "exploration_loss": loss_explore.detach(),
-            "entropy": masked_mean(entropy.detach(), valids),
-            "kl": kl_old.detach(),
-            "kl_max": (kl_steps.detach() * valids).max(),
-            "clip_fraction": masked_mean(((ratio < low) | (ratio > high)).float(), valids),
-            "ratio_mean": masked_mean(ratio, valids),
-            "ratio_deviation": masked_mean((1.0 - ratio).abs(), valids),
-            # 0 without a valid step, as the masked means
-            "ratio_min": ratio[valids].min() if bool(valids.any()) else torch.zeros(()),
-            "ratio_max": ratio[valids].max() if bool(valids.any()) else torch.zeros(()),
-            "adv_mean": adv_mean,
-            "adv_std": adv_std,
-            "value_mean": masked_mean(values.detach(), valids),
-            "value_delta": masked_mean(value_delta, valids),
-            "value_delta_max": (value_delta * valids).max(),
-            "target_mean": masked_mean(targets, valids),
-            "valid_fraction": valids.float().mean(),
-        }
+        stats = {"loss": loss.detach(), "policy_loss": loss_pi.detach(),
+                 "value_loss": loss_v.detach(), "exploration_loss": loss_explore.detach(),
+                 "entropy": masked_mean(entropy.detach(), valids), "kl": kl_old.detach(),
+                 "kl_max": (kl_steps.detach() * valids).max(), "adv_mean": adv_mean,
+                 "adv_std": adv_std,
+                 **_step_figures(log_prob_new.detach() - log_prob_old, values.detach(),
+                                 step["values"].float(), targets, valids, cfg)}
         if policy_lag is not None:
             stats["policy_lag_mean"] = policy_lag.mean()
             stats["policy_lag_max"] = policy_lag.max()
     return loss, stats
 
+
+
+def _step_figures(log_ratio: Tensor, values: Tensor, behaviour_values: Tensor, targets: Tensor,
+                  valids: Tensor, cfg: AppoConfig) -> dict[str, Tensor]:
+    """The importance ratios' and the critic's figures over a minibatch's valid steps; 0
+    without one, as the masked means (the maxima of non-negative figures as masked products)."""
+    ratio = torch.exp(log_ratio)
+    low, high = cfg.clip_range
+    value_delta = (values - behaviour_values).abs()
+    any_valid = bool(valids.any())
+    return {
+        "clip_fraction": masked_mean(((ratio < low) | (ratio > high)).float(), valids),
+        "ratio_mean": masked_mean(ratio, valids),
+        "ratio_deviation": masked_mean((1.0 - ratio).abs(), valids),
+        "ratio_min": ratio[valids].min() if any_valid else torch.zeros(()),
+        "ratio_max": ratio[valids].max() if any_valid else torch.zeros(()),
+        "value_mean": masked_mean(values, valids),
+        "value_delta": masked_mean(value_delta, valids),
+        "value_delta_max": (value_delta * valids).max(),
+        "target_mean": masked_mean(targets, valids),
+        "valid_fraction": valids.float().mean(),
+    }
 
 @torch.no_grad()
 def gae_targets(
