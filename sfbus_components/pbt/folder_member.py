@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from sfbus import Actor, Seconds, Signal, slot
+from sfbus import Actor, ArraySpec, RunRecords, Seconds, Signal, Topology, slot
 from sfbus_components.datapath.messages import (
     EpisodeFinished,
     HyperparamsChanged,
@@ -52,6 +52,7 @@ from sfbus_components.learning.checkpoint import (
     load_newest,
     save_checkpoint,
 )
+from sfbus_components.learning.distributed import group_from_env
 from sfbus_components.learning.population_member import prune_snapshots, snapshot_dir
 from sfbus_components.pbt.rules import PbtRules, Population, mutate
 from sfbus_components.pbt.shared_folder import (
@@ -116,6 +117,17 @@ class SharedFolderPbt(Actor):
 
     hyperparams_changed = Signal(HyperparamsChanged, "the member's PBT-managed hyperparameters")
     replace_policy = Signal(ReplacePolicy, "the member copies a peer's checkpoint")
+
+    @classmethod
+    def shared_arrays(cls, name: str, params: Any, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
+        """None; refuses a member trained by DD-PPO ranks (each rank would decide alone and
+        copy weights into its own learner only, and the ranks' weights would part)."""
+        group = group_from_env()
+        if group is not None:
+            raise ValueError(f"a population member cannot train with DD-PPO ranks yet (WORLD_SIZE "
+                             f"{group.world_size}): run each member on one node")
+        return []
 
     async def on_start(self) -> None:
         """Read the initial hyperparameters, resume this run's PBT state, publish, schedule."""

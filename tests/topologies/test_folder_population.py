@@ -139,3 +139,17 @@ def test_the_slurm_script_parses_and_starts_or_resumes_its_member(tmp_path: Path
     (tmp_path / "task_3" / "checkpoints").mkdir(parents=True)  # the task ran before
     assert task(3) == ["run", "topologies/cartpole_population_member.yaml", "--resume",
                        f"{tmp_path}/task_3", *common]
+
+
+def test_a_member_with_dd_ppo_ranks_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    # each rank would decide alone and copy weights into its own learner: the ranks would part
+    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "29999"}
+    done = subprocess.run([sys.executable, "-m", "sfbus", "run", str(MEMBER), "--run-dir",
+                           str(tmp_path / "run"), "--max-seconds", "5"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {MEMBER}:21:7: actor 'population': a population member cannot "
+                      "train with DD-PPO ranks yet (WORLD_SIZE 2): run each member on one node"]
+    assert not (tmp_path / "run").exists()
