@@ -29,8 +29,8 @@ class PublishedWeights(Protocol):
         """Copy the newest weights into ``tensors`` (in :meth:`Policy.published_tensors`'
         order); returns their version."""
 
-    def page_lock(self) -> None:
-        """Pin the weights' pages, so a GPU reads them in one transfer."""
+    def page_lock(self) -> bool:
+        """Pin the weights' pages, so a GPU reads them in one transfer; False where it cannot."""
 
 
 class Policy(nn.Module):
