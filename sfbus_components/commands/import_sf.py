@@ -20,6 +20,8 @@ else is bad input: one ``error:`` line, exit 2, nothing written.
 from __future__ import annotations
 
 import argparse
+import json
+import secrets
 import shutil
 import sys
 import tempfile
@@ -27,8 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sfbus import BadInput, SfbusError
-from sfbus.topology.yaml_source import dump_yaml
+import yaml
+
+from sfbus import BadInput, SfbusError, load_topology, make_private_dir
 from sfbus_components.commands.sf_checkpoint import (
     Experiment,
     convert_state,
@@ -119,7 +122,6 @@ def write_run_dir(experiment: Experiment, run_dir: Path,
     """Write the run directory of ``experiment``, its layout ``topology`` (None: the default
     for its env); returns the checkpoint's version and the names of Sample Factory's settings
     that were not imported."""
-    from sfbus.rundir import Manifest, make_private_dir, write_manifest, write_snapshot
     from sfbus_components.commands.enjoy import learner_params
     from sfbus_components.learning.checkpoint import config_fingerprint, save_checkpoint
 
@@ -133,15 +135,18 @@ def write_run_dir(experiment: Experiment, run_dir: Path,
     model = model_settings(config, bool(image), "measurements" in spec.observation_space)
     document = _topology(env, config, model, _base_topology(env, topology))
     make_private_dir(run_dir)
-    snapshot = write_snapshot(run_dir, document)
+    snapshot = run_dir / "topology.yaml"
+    snapshot.write_text(yaml.safe_dump(document, sort_keys=False))
     params = learner_params(run_dir, None)
     state = _training_state(experiment, spec, params, image)
     path = save_checkpoint(run_dir / "checkpoints" / f"policy_{params.policy}",
                            {**state, "config": config_fingerprint(params.env, params.model)},
                            state["version"], keep=1)
-    # what a stopped run leaves: `sfbus run --resume` takes a directory with a manifest
-    write_manifest(run_dir, Manifest(run_id=f"import-sf-{run_dir.name}", sock_dir="",
-                                     topology_file=str(snapshot), arrays=()))
+    # `sfbus run --resume` takes a directory with a run's manifest; the resumed run writes its
+    # own over this placeholder (which names no shared arrays: none exist yet)
+    (run_dir / "run.json").write_text(json.dumps(
+        {"run_id": f"import-sf-{run_dir.name}", "sock_dir": "", "topology_file": str(snapshot),
+         "arrays": []}))
     skipped = [f"{key}={config[key]}" for key, matters in _NOT_IMPORTED.items()
                if key in config and matters(config[key])]
     return int(path.stem.rsplit("_", 1)[1]), skipped
@@ -198,8 +203,6 @@ def _topology(env: str, config: dict[str, Any], model: dict[str, Any],
               base: Path) -> dict[str, Any]:
     """The merged topology document of the imported run (what ``sfbus run`` snapshots): ``base``
     with the experiment's settings."""
-    from sfbus.validation import read_topology
-
     settings: dict[str, Any] = {"env": env, "model": model}
     if kwargs := _env_kwargs(env, config):
         settings["env_kwargs"] = kwargs
@@ -213,21 +216,17 @@ def _topology(env: str, config: dict[str, Any], model: dict[str, Any],
     recurrence = int(config.get("recurrence", -1))
     if model["core"] != "none" and recurrence not in (-1, int(config.get("rollout", 32))):
         _put(settings, "appo.recurrence", recurrence)
-    if config.get("seed") is not None:
-        settings["seed"] = int(config["seed"])
+    # Sample Factory's seed, or one drawn now as `sfbus run` draws one, kept in the run
+    seed = config.get("seed")
+    settings["seed"] = int(seed) if seed is not None else secrets.randbits(32)
     name = f"sf_{config.get('experiment', 'experiment')}"
     processes = {"rollout": {"replicas": int(config.get("num_workers", 1))}}
     with tempfile.TemporaryDirectory(prefix="sfbus-import-sf-") as tmp:
         file = Path(tmp) / "topology.yaml"
-        file.write_text(dump_yaml({"name": name, "extends": str(base),
-                                   "settings": settings, "processes": processes}))
-        loaded = read_topology(str(file))
-        if "seed" not in settings:  # drawn now, as `sfbus run` draws it, and kept in the run
-            from sfbus.seeding import seed_to_draw
-
-            if (seed := seed_to_draw(loaded)) is not None:
-                loaded = read_topology(str(file), (f"seed={seed}",))
-        return loaded.document
+        document = {"name": name, "extends": str(base), "settings": settings,
+                    "processes": processes}
+        file.write_text(yaml.safe_dump(document, sort_keys=False))
+        return load_topology(str(file)).document
 
 
 def _put(settings: dict[str, Any], dotted: str, value: Any) -> None:
