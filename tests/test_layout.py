@@ -18,7 +18,8 @@ ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 # knows nothing of RL; envs and models know no training; the data path (what sampling and
 # learning share) and APPO's math build on the models; sampling acts; monitoring reports what
 # the data path carries; learning and evaluation report through it; PBT drives the learners
-# from above; the CLI's commands use everything.
+# from above; the CLI's commands use everything. Sampling and learning, in different rows, still
+# never import each other (APART).
 WING_ORDER = (
     ("kernel",),
     ("envs",),
