@@ -161,6 +161,10 @@ class SharedFolderPbt(Actor):
             self._record({"event": "initial_mutation", "mutations": {
                 n: list(v) for n, v in mutations.items()}, "hyperparams": values})
         own = self.folder.read_own()
+        if own is not None and newest is None and time.time() - own.written <= p.staleness_s:
+            self.log.warning("%s: member %r wrote its record %.0f s ago from another run "
+                             "directory; two runs with one member name overwrite each other",
+                             self.name, own.member, time.time() - own.written)
         self.record = MemberRecord(self.folder.member, 0, None, dict(initial), self.config,
                                    version=0 if own is None else own.version)
         self._deciding = False

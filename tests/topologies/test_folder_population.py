@@ -101,7 +101,10 @@ def test_members_exchange_weights_and_a_killed_member_drops_out_and_rejoins(
                              for e in history(a_dir)), 120, "b to rejoin a's view")
         again = record(folder, "b")
         assert again.version > before.version and again.written > killed
-        assert again.hyperparams  # its hyperparameters and schedule came back from its run dir
+        # its hyperparameters came back from its run directory: those of its last decision
+        decided = [e["hyperparams"] for e in history(b_dir)
+                   if e["event"] in ("keep", "mutation", "exchange") and e["time"] < killed]
+        assert again.hyperparams == (decided[-1] if decided else before.hyperparams)
     finally:
         for run in (a, b, resumed):
             if run is not None and run.poll() is None:
