@@ -9,15 +9,17 @@ restarted process reads the same record.
 
 The data path's parameters are the rollout actor's: the topology's one
 :class:`TrajectoryWriter` (found by class, :meth:`sfbus.Topology.actors_of`), whose buffers are the
-data path; the other actors take the same values from ``settings``. The shared arrays' names are
-spelled in :mod:`sfbus_components.datapath.buffers` only.
+data path. The record holds them once (:attr:`DataPath.params`), so the inference worker, the
+batcher, the learner, the evaluator and the PBT trainer read env, model, sizes and seed from it
+and their own ``Params`` keep only their own knobs. The shared arrays' names are spelled in
+:mod:`sfbus_components.datapath.buffers` only.
 """
 
 from __future__ import annotations
 
 from sfbus import Actor, RunRecord, Topology
 from sfbus_components.datapath.buffers import TrajectoryLayout, trajectory_layout
-from sfbus_components.datapath.settings import DataPathParams, published_size
+from sfbus_components.datapath.settings import DataPathParams, data_path_params, published_size
 from sfbus_components.envs import EnvSpec
 
 
@@ -37,6 +39,9 @@ class DataPath(RunRecord, frozen=True):
     """The rollout workers' actor instance names, in worker-index order."""
     weights: tuple[int, ...]
     """Floats in each policy's published weights vector (model and normalizer), by policy id."""
+    params: DataPathParams
+    """The run's data-path parameters (env, model, sizes, seed, population size), as the
+    rollout actor was given them: the one place the other actors read them from."""
 
     @property
     def spec(self) -> EnvSpec:
@@ -59,7 +64,7 @@ class DataPath(RunRecord, frozen=True):
         # worker serves them all with one network shape).
         size = published_size(params)
         return cls(trajectory_layout(params, len(workers)), workers,
-                   (size,) * params.num_policies)
+                   (size,) * params.num_policies, data_path_params(params))
 
 
 def _rollout_actor(topology: Topology) -> tuple[DataPathParams, tuple[str, ...]]:

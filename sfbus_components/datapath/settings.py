@@ -1,8 +1,10 @@
-"""Parameters shared by the data-path actors (taken from a topology's ``settings`` by name)."""
+"""The data path's parameters: the rollout actor's (taken from a topology's ``settings`` by name),
+which the run record :class:`~sfbus_components.datapath.record.DataPath` carries to every other
+data-path actor."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from sfbus_components.envs import env_spec
@@ -13,7 +15,8 @@ from sfbus_components.models.registry import model_state_size
 
 @dataclass(frozen=True)
 class DataPathParams:
-    """What rollout, inference and learner actors must agree on; set once in ``settings``."""
+    """What every data-path actor must agree on: set once in ``settings``, read by the rollout
+    actor, and carried to the others by the run record (``DataPath.params``)."""
 
     env: str = "doom_basic"
     """Environment name (``doom_<scenario>``, ``gym:<EnvId>``, or ``module:factory``)."""
@@ -84,6 +87,11 @@ class DataPathParams:
     def state_size(self) -> int:
         """Width of the flat RNN state (an LSTM keeps h and c), as the model's core says."""
         return model_state_size(self.model)
+
+
+def data_path_params(params: DataPathParams) -> DataPathParams:
+    """The data-path fields of ``params`` alone (the rollout actor's ``Params`` add their own)."""
+    return DataPathParams(**{f.name: getattr(params, f.name) for f in fields(DataPathParams)})
 
 
 def build_policy(params: DataPathParams) -> Policy:

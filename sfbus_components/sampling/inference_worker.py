@@ -29,7 +29,7 @@ from sfbus_components.datapath.buffers import (
 )
 from sfbus_components.datapath.messages import ActionsReady, InferenceRequest, WeightsUpdated
 from sfbus_components.datapath.record import DataPath
-from sfbus_components.datapath.settings import DataPathParams, build_policy
+from sfbus_components.datapath.settings import build_policy
 from sfbus_components.models.device import check_device, describe_device, resolve_device
 from sfbus_components.models.policy import Policy
 from sfbus_components.sampling.batched_layout import BlockServer
@@ -99,8 +99,9 @@ class InferenceWorker(Actor):
     records = (DataPath,)
 
     @dataclass(frozen=True)
-    class Params(DataPathParams):
-        """Data-path settings plus this worker's own."""
+    class Params:
+        """This worker's own knobs; env, model, sizes and seed are the run's data path's
+        (``context.records[DataPath].params``)."""
 
         policy: int = 0
         """The policy this worker serves when ``num_policies`` is 1; requests for another
@@ -127,7 +128,6 @@ class InferenceWorker(Actor):
         on a CPU."""
 
         def __post_init__(self) -> None:
-            super().__post_init__()
             check_device(self.device)
 
     actions_ready = Signal(ActionsReady, "actions were written for a request's rows")
@@ -156,14 +156,15 @@ class InferenceWorker(Actor):
         self.m_refreshes = metrics.counter("weight_refreshes", "weights copied from the learner")
         self.m_version = metrics.gauge("policy_version", "version of the weights in use")
         data_path = self.context.records[DataPath]
+        self.data = data = data_path.params
         self.spec = data_path.spec
-        self.state_size = p.state_size
+        self.state_size = data.state_size
         buffers = [TrajectoryBuffer(self.context, name, data_path.layout)
                    for name in data_path.workers]
-        words = [p.seed, p.policy, self.context.replica]
+        words = [data.seed, p.policy, self.context.replica]
         self.rng = np.random.default_rng([*words, 0x1F])
         self.device = torch.device("cpu") if p.random_actions else resolve_device(
-            p.device, p.policy if p.num_policies == 1 else self.context.replica)
+            p.device, p.policy if data.num_policies == 1 else self.context.replica)
         # The model samples from a generator of this worker's own: torch's global one starts
         # from the same seed in every process, so replicas (one per rollout process with
         # appo_local_inference.yaml) would draw the same numbers and act alike.
@@ -171,11 +172,11 @@ class InferenceWorker(Actor):
             int(np.random.SeedSequence([*words, 0x2F]).generate_state(1)[0]))
         self.blocks = (BlockServer(buffers, self.state_size, self.spec.action_shape, self.rng,
                                    self.sampling)
-                       if p.sampling == "batched" else None)
+                       if data.sampling == "batched" else None)
         """Batched sampling: serves requests from slices of the buffers."""
         # The request-table gather knows only the [slot, t] layout; batched never gathers.
         self.rows = [_Rows(buffer) for buffer in buffers] if self.blocks is None else []
-        ids = [p.policy] if p.num_policies == 1 else range(p.num_policies)
+        ids = [p.policy] if data.num_policies == 1 else range(data.num_policies)
         self.served = {i: self._load(i) for i in ids}
         self.policy = self.served[ids[0]].model
         """The (first) served policy's network; None when acting randomly."""
@@ -194,7 +195,7 @@ class InferenceWorker(Actor):
         served = _Served(policy)
         if self.params.random_actions:
             return served
-        served.model = build_policy(self.params).prepare_for_inference(
+        served.model = build_policy(self.data).prepare_for_inference(
             self.params.packed_weights, self.device, self.params.cuda_graphs)
         if weights_name(policy) not in self.context.array_specs:
             # No learner publishes this policy (a sampler benchmark): keep the initial weights.

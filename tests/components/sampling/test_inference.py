@@ -21,7 +21,7 @@ from sfbus_components.datapath.buffers import (
     policy_array_specs,
 )
 from sfbus_components.datapath.messages import ActionsReady, InferenceRequest, WeightsUpdated
-from sfbus_components.datapath.record import DataPath
+from sfbus_components.datapath.record import DataPath, TrajectoryWriter
 from sfbus_components.datapath.settings import DataPathParams, build_policy
 from sfbus_components.models import ModelConfig
 from sfbus_components.models.policy import Policy
@@ -35,8 +35,9 @@ PARAMS = DataPathParams(env="gym:CartPole-v1", rollout=4, num_envs=8, num_splits
 HERE = "tests.components.sampling.test_inference"
 
 
-class FakeRollout(Actor):
-    """Writes observations and states into chosen rows, requests actions, records the answers."""
+class FakeRollout(TrajectoryWriter):
+    """The data path's rollout actor: writes observations and states into chosen rows, requests
+    actions, records the answers."""
 
     Params = DataPathParams
     records = (DataPath,)
@@ -110,8 +111,7 @@ async def run(params: DataPathParams = PARAMS, learner: bool = True, transport: 
               device: str = "cpu", **inference: Any) -> AsyncIterator[dict]:
     """Two stand-in rollout workers, an inference worker (on ``device``: tests that do not
     name one check the CPU's exact arithmetic) and maybe a learner."""
-    shared = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
-    iparams = InferenceWorker.Params(**shared, device=device, **inference)
+    iparams = InferenceWorker.Params(device=device, **inference)
     processes = [
         ProcessSpec("rollout", (ActorSpec("rollout", f"{HERE}:FakeRollout", params),), 2),
         ProcessSpec("inference", (ActorSpec("inference",
@@ -335,8 +335,7 @@ async def test_replicas_beside_their_rollout_workers_sample_their_own_actions() 
     # appo_local_inference.yaml's layout: an inference worker in each rollout process. With the
     # same weights (a uniform policy) and the same observations, the two must not act alike:
     # each samples from its own stream.
-    iparams = InferenceWorker.Params(**{f.name: getattr(PARAMS, f.name)
-                                        for f in dataclasses.fields(PARAMS)}, device="cpu")
+    iparams = InferenceWorker.Params(device="cpu")
     processes = (
         ProcessSpec("rollout", (ActorSpec("rollout", f"{HERE}:FakeRollout", PARAMS),
                                 ActorSpec("inference",

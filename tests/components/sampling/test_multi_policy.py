@@ -12,7 +12,6 @@ import torch
 from sfbus import Actor, Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
 from sfbus_components.datapath.messages import HyperparamsChanged, InferenceRequest
-from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.envs import register_env
 from sfbus_components.envs.multi_agent import ToyMultiAgentEnv
 from sfbus_components.models import ModelConfig
@@ -70,14 +69,13 @@ def topology(env: str = "gym:CartPole-v1", **overrides: Any) -> Topology:
                            model=ModelConfig(core="none", mlp_layers=(8,)), seed=5,
                            num_policies=POLICIES)
     params = replace(params, **overrides)
-    data = {k: getattr(params, k) for k in DataPathParams.__dataclass_fields__}
     here, rollout_tests = __name__, "tests.components.sampling.test_rollout"
     processes = (
         ProcessSpec("sampler", (ActorSpec("rollout",
                 "sfbus_components.sampling.rollout_worker:RolloutWorker",
                                           params),)),
         ProcessSpec("infer", (ActorSpec("inference", f"{here}:MarkedInference",
-                                        InferenceWorker.Params(**data, device="cpu")),)),
+                                        InferenceWorker.Params(device="cpu")),)),
         ProcessSpec("collect", (ActorSpec("collector", f"{rollout_tests}:StandInCollector",
                                           None),
                                 ActorSpec("pbt", f"{here}:FakePbt", None))),
