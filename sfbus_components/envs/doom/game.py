@@ -75,6 +75,16 @@ def engine_config_path() -> str:
     return os.path.join(folder, "vizdoom.ini")
 
 
+def _check_choices(frameskip: int, action_space: str, interpolation: str) -> None:
+    if frameskip < 1:
+        raise ValueError(f"frameskip must be >= 1, not {frameskip}")
+    if action_space not in ("auto", "simple", "full"):
+        raise ValueError(f"action_space must be 'auto', 'simple' or 'full', not "
+                         f"{action_space!r}")
+    if interpolation not in INTERPOLATION:
+        raise ValueError(f"interpolation must be one of {sorted(INTERPOLATION)}")
+
+
 class DoomEnvError(EnvError):
     """The VizDoom engine process exited or stopped answering; recreate the env."""
 
@@ -98,13 +108,7 @@ class DoomEnv(MultiAgentEnv):
                  measurements: bool | None = None, interpolation: str = "linear",
                  episode_timeout: int | None = None, scenarios_dir: str | None = None) -> None:
         sc = scenario_entry(scenario)
-        if frameskip < 1:
-            raise ValueError(f"frameskip must be >= 1, not {frameskip}")
-        if action_space not in ("auto", "simple", "full"):
-            raise ValueError(f"action_space must be 'auto', 'simple' or 'full', not "
-                             f"{action_space!r}")
-        if interpolation not in INTERPOLATION:
-            raise ValueError(f"interpolation must be one of {sorted(INTERPOLATION)}")
+        _check_choices(frameskip, action_space, interpolation)
         self.scenario = scenario
         self.num_bots = sc.num_bots if num_bots is None else num_bots
         if self.num_bots and not sc.deathmatch:
@@ -134,6 +138,36 @@ class DoomEnv(MultiAgentEnv):
             g.set_doom_map(sc.doom_map)
         g.set_window_visible(False)
         g.set_mode(vzd.Mode.PLAYER)
+        self._set_screen(g, resolution)
+        timeout = sc.episode_timeout if episode_timeout is None else episode_timeout
+        if timeout is not None:
+            g.set_episode_timeout(timeout)
+        _apply_scenario_overrides(g, sc)
+        if heads:
+            g.set_available_buttons(ds.head_buttons(heads))
+        self._set_variables(g, sc, (full or sc.measurements is not None)
+                            if measurements is None else measurements)
+        if sc.deathmatch:
+            g.add_game_args(f"{_DEATHMATCH_ARGS} +viz_respawn_delay {sc.respawn_delay}")
+        if seed is not None:
+            g.set_seed(seed)
+        try:
+            g.init()
+        except _ENGINE_ERRORS as e:
+            raise DoomEnvError(f"VizDoom failed to start scenario {scenario!r}: {e}") from e
+        self._closed = False
+        self._interp = INTERPOLATION[interpolation]
+        self._spec = self._build_spec(g, heads, frameskip, sc.reward_scale)
+        self._stats = EpisodeStats(1, frameskip)
+        self._true_return = 0.0
+        self._prev: dict[Any, float] | None = None  # shaping's last reading; None: none yet
+        self._weapon = (-1.0, 0)  # the selected weapon and for how many steps in a row
+        self._dead = False
+        self._start_frags = 0.0
+        self._health: float | None = None  # the gathering shaping's last health reading
+        self._needs_reset = True
+
+    def _set_screen(self, g: vzd.DoomGame, resolution: tuple[int, int] | None) -> None:
         g.set_screen_resolution(vzd.ScreenResolution.RES_160X120)
         self._wh = _NATIVE if resolution is None else (int(resolution[0]), int(resolution[1]))
         if min(self._wh) <= 0:
@@ -141,15 +175,13 @@ class DoomEnv(MultiAgentEnv):
         self._resize = self._wh != _NATIVE
         # Resizing wants HWC for cv2; without a resize, CHW straight from the engine is cheapest.
         g.set_screen_format(vzd.ScreenFormat.RGB24 if self._resize else vzd.ScreenFormat.CRCGCB)
-        timeout = sc.episode_timeout if episode_timeout is None else episode_timeout
-        if timeout is not None:
-            g.set_episode_timeout(timeout)
-        _apply_scenario_overrides(g, sc)
-        if heads:
-            g.set_available_buttons(ds.head_buttons(heads))
+        self._hwc = np.empty((self._wh[1], self._wh[0], 3), np.uint8)
+        self._screen: np.ndarray | None = None  # the last native frame, for render()
+
+    def _set_variables(self, g: vzd.DoomGame, sc: Any, use_meas: bool) -> None:
+        """The game variables read each step: the measurements fed to the model (when on) and
+        those the reward shaping and the gathering shaping read."""
         layout = sc.measurements or ds.MEASUREMENTS
-        use_meas = (full or sc.measurements is not None) if measurements is None \
-            else measurements
         # A scenario's own layout is Sample Factory's, which reads only what the cfg reports.
         reported = set(g.get_available_game_variables()) if sc.measurements else None
         meas_vars = [m.variable for m in layout if reported is None or m.variable in reported] \
@@ -160,38 +192,20 @@ class DoomEnv(MultiAgentEnv):
         g.set_available_game_variables(all_vars)
         self._measure = ds.MeasurementReader(layout, all_vars, reported) if use_meas else None
         self._sidx = np.array([all_vars.index(v) for v in self._svars], np.int64)
-        if sc.deathmatch:
-            g.add_game_args(f"{_DEATHMATCH_ARGS} +viz_respawn_delay {sc.respawn_delay}")
-        if seed is not None:
-            g.set_seed(seed)
-        try:
-            g.init()
-        except _ENGINE_ERRORS as e:
-            raise DoomEnvError(f"VizDoom failed to start scenario {scenario!r}: {e}") from e
-        self._closed = False
 
+    def _build_spec(self, g: vzd.DoomGame, heads: Any, frameskip: int,
+                    reward_scale: float) -> EnvSpec:
         # Per head, per index: the button it presses (multi-head spaces), else the `simple` rows
         self._table = ds.action_table(heads) if heads else None
         if self._table is None:
             self._simple = ds.simple_actions(g.get_available_buttons())
         self._nbuttons = len(g.get_available_buttons())
-        self._interp = INTERPOLATION[interpolation]
-        self._hwc = np.empty((self._wh[1], self._wh[0], 3), np.uint8)
-        self._screen: np.ndarray | None = None  # the last native frame, for render()
         fields = {"obs": ObsField((3, self._wh[1], self._wh[0]), "uint8")}
         if self._measure is not None:
             fields["measurements"] = ObsField((self._measure.size,), "float32")
         heads_n = ds.head_sizes(heads) if heads else (len(self._simple),)
-        self._spec = EnvSpec(fields, action_heads=heads_n, num_agents=1, frameskip=frameskip,
-                             reward_scale=sc.reward_scale)
-        self._stats = EpisodeStats(1, frameskip)
-        self._true_return = 0.0
-        self._prev: dict[Any, float] | None = None  # shaping's last reading; None: none yet
-        self._weapon = (-1.0, 0)  # the selected weapon and for how many steps in a row
-        self._dead = False
-        self._start_frags = 0.0
-        self._health: float | None = None  # the gathering shaping's last health reading
-        self._needs_reset = True
+        return EnvSpec(fields, action_heads=heads_n, num_agents=1, frameskip=frameskip,
+                       reward_scale=reward_scale)
 
     @property
     def spec(self) -> EnvSpec:
