@@ -28,7 +28,7 @@ def test_population_size_is_one_setting(name: str, count: int) -> None:
     assert batchers == {i: f"batcher_{i}" for i in range(count)}
     assert len(topology.connections) == SHARED + PER_POLICY * count
     for policy in range(count):
-        own = [c for c in topology.connections if c.policy == policy]
+        own = [c for c in topology.connections if c.index == policy]
         assert len(own) == PER_POLICY
         # both ends of a per-policy connection belong to the same policy
         assert all(end.endswith(f"_{policy}") for c in own for end in (c.source, c.target)
