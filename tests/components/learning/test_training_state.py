@@ -109,8 +109,10 @@ def tensors_in(value: object) -> list[torch.Tensor]:
 
 def test_a_batch_stays_where_it_is_on_the_cpu() -> None:
     state = TrainingState(build_policy(PARAMS), APPO)
-    batch = {"rewards": torch.zeros(4, 8)}
-    assert state.to_device(batch)["rewards"] is batch["rewards"]  # no copy: CPU speed kept
+    batch = {"rewards": torch.zeros(4, 8), "obs": {"obs": torch.zeros(4, 9, 3)}}
+    moved = state.to_device(batch)
+    assert moved["rewards"] is batch["rewards"]  # no copy: CPU speed kept
+    assert moved["obs"]["obs"] is batch["obs"]["obs"]  # a Trajectories' obs stays nested
 
 
 def test_a_snapshot_stays_intact_when_put_back_and_trained_on() -> None:
