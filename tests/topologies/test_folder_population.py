@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sfbus.procfs import run_children
 from sfbus_components.learning.checkpoint import latest_checkpoint, load_checkpoint
 from sfbus_components.pbt.shared_folder import RECORD, MemberRecord
 from tests.kernel.runs import wait_for
@@ -83,9 +84,14 @@ def test_members_exchange_weights_and_a_killed_member_drops_out_and_rejoins(
                  "a checkpoint of the copy")
         assert load_checkpoint(latest_checkpoint(checkpoints))["min_version"] >= done["version"]
 
-        # b's host is lost: every process of its run at once
-        os.killpg(b.pid, signal.SIGKILL)
+        # b's host is lost: every process of its run dies, none stops gracefully (the launcher
+        # frozen first: it neither restarts a child nor has them stop on its death)
+        os.kill(b.pid, signal.SIGSTOP)
+        for pid in run_children(b_dir).values():
+            os.kill(pid, signal.SIGKILL)
+        os.kill(b.pid, signal.SIGKILL)
         b.wait(timeout=30)
+        wait_for(lambda: not run_children(b_dir), 30, "b's processes to end")
         killed = time.time()
         before = record(folder, "b")
         wait_for(lambda: any(e["event"] == "view" and "b" in e["left"] for e in history(a_dir)),
