@@ -53,9 +53,10 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from sfbus import Actor, Interval
+from sfbus import Actor, ArraySpec, Interval, RunRecords, Topology
 from sfbus_components.datapath.buffers import PolicyWeights, flat_size, totals_name, weights_name
-from sfbus_components.datapath.settings import DataPathParams, build_policy
+from sfbus_components.datapath.record import DataPath
+from sfbus_components.datapath.settings import build_policy
 from sfbus_components.envs import EnvError, make_env
 from sfbus_components.envs.action_bounds import bound_actions
 from sfbus_components.evaluation.episode_player import EpisodePlayer
@@ -103,10 +104,12 @@ class Evaluator(Actor):
     """Periodically plays each policy's latest published weights and reports the scores."""
 
     component = "evaluator"
+    records = (DataPath,)
 
     @dataclass(frozen=True)
-    class Params(DataPathParams):
-        """The data path's settings (env, model, population size) plus the evaluator's own."""
+    class Params:
+        """The evaluator's own knobs; env, model, seed and population size are the run's data
+        path's (``context.records[DataPath].params``)."""
 
         interval_s: Interval = 300.0
         """Seconds between the starts of evaluation rounds; a round that runs longer delays the
@@ -128,16 +131,22 @@ class Evaluator(Actor):
         cores from the samplers."""
 
         def __post_init__(self) -> None:
-            super().__post_init__()
             if self.episodes < 1 or self.min_new_versions < 0:
                 raise ValueError("episodes must be >= 1 and min_new_versions >= 0")
-            known = range(self.num_policies)
-            for policy in (*self.policies, *([self.opponent] if self.opponent >= 0 else [])):
-                if policy not in known:
-                    raise ValueError(f"policy {policy} is not one of the run's policies "
-                                     f"0..{self.num_policies - 1}")
             if self.opponent < -1:
                 raise ValueError(f"opponent must be a policy id or -1, not {self.opponent}")
+
+    @classmethod
+    def shared_arrays(cls, name: str, params: Params, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
+        """None: the launcher's hook is where the policies named are checked against the run's
+        (the population size is the record's), before anything starts."""
+        known = range(records[DataPath].params.num_policies)
+        for policy in (*params.policies, *([params.opponent] if params.opponent >= 0 else [])):
+            if policy not in known:
+                raise ValueError(f"policy {policy} is not one of the run's policies "
+                                 f"0..{len(known) - 1}")
+        return []
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -152,12 +161,13 @@ class Evaluator(Actor):
 
     async def on_start(self) -> None:
         """Attach the published weights, make the env (in a thread), start the rounds."""
-        p = self.params
+        p, data = self.params, self.context.records[DataPath].params
+        self.seed = data.seed
         torch.set_num_threads(p.torch_threads)
-        self.evaluated = list(p.policies or range(p.num_policies))
+        self.evaluated = list(p.policies or range(data.num_policies))
         ids = sorted({*self.evaluated, *([p.opponent] if p.opponent >= 0 else [])})
         self.weights = {i: self._attach(i) for i in ids}
-        self.models = {i: build_policy(p).prepare_for_inference() for i in ids}
+        self.models = {i: build_policy(data).prepare_for_inference() for i in ids}
         for i in ids:
             if self.weights[i].weights.numel() != flat_size(self.models[i].published_tensors()):
                 raise ValueError(f"{weights_name(i)} does not fit this model: the learner and "
@@ -176,10 +186,10 @@ class Evaluator(Actor):
             # writers never share one folder (TensorBoard may skip an older file's events).
             self.writer = SummaryWriter(str(Path(run_dir, "tensorboard", self.name)))
         self._declare_metrics()
-        self.make_env = lambda: bound_actions(make_env(p.env, **p.env_kwargs),
-                                              p.model.action_bounds)
+        self.make_env = lambda: bound_actions(make_env(data.env, **data.env_kwargs),
+                                              data.model.action_bounds)
         self.player = await self._in_thread(
-            lambda: EpisodePlayer(self.make_env(), p.state_size, p.deterministic))
+            lambda: EpisodePlayer(self.make_env(), data.state_size, p.deterministic))
         self._loop_task = self.spawn(self._rounds(), "evaluation rounds")
 
     def _attach(self, policy: int) -> PolicyWeights:
@@ -218,7 +228,7 @@ class Evaluator(Actor):
     async def evaluate_round(self) -> list[Score]:
         """Evaluate every policy with new enough weights; report and return their scores."""
         p = self.params
-        seed = int(np.random.SeedSequence([p.seed, _SEED_SALT, self.rounds])
+        seed = int(np.random.SeedSequence([self.seed, _SEED_SALT, self.rounds])
                    .generate_state(1)[0])
         scores = []
         try:

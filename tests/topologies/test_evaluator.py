@@ -18,10 +18,13 @@ import yaml
 from prometheus_client import REGISTRY
 
 from sfbus import Actor, ArraySpec, RunRecords
+from sfbus.errors import TopologyError
 from sfbus.procfs import run_children
+from sfbus.routing import RoutingTable
 from sfbus.topology import Topology, load_topology
 from sfbus.topology.model import ActorSpec, ProcessSpec
 from sfbus_components.datapath.buffers import PolicyWeights, policy_array_specs
+from sfbus_components.datapath.record import TrajectoryWriter
 from sfbus_components.datapath.settings import DataPathParams, build_policy, published_size
 from sfbus_components.envs import EnvSpec, MultiAgentEnv, ObsField, register_env
 from sfbus_components.envs.spec import EpisodeStats, ObsDict, StepOutput
@@ -78,6 +81,13 @@ DATA = DataPathParams(env="test_echo", model=ModelConfig(core="none", mlp_layers
                       num_envs=2, num_policies=2, rollout=4, batch_size=8)
 
 
+class StandInRollout(TrajectoryWriter):
+    """The run's rollout actor, whose parameters the data-path record carries; it samples
+    nothing."""
+
+    Params = DataPathParams
+
+
 class StandInLearner(Actor):
     """Publishes weights of a policy that always picks one action, as the test says."""
 
@@ -101,20 +111,23 @@ def _sample(name: str, actor: str, policy: int) -> float | None:
     return REGISTRY.get_sample_value(name, {"actor": actor, "policy": str(policy)})
 
 
-async def test_evaluator_scores_published_weights_against_an_opponent(tmp_path: Path) -> None:
-    data = {k: getattr(DATA, k) for k in DataPathParams.__dataclass_fields__}
-    # After the round at start, rounds only by hand.
-    common = dict(data, interval_s=3600.0, episodes=3, deterministic=True)
-    topology = Topology("test", "<test>", (
+def evaluator_topology(**evaluators: Evaluator.Params) -> Topology:
+    """The stand-in rollout actor (sized by DATA), two stand-in learners and ``evaluators``."""
+    return Topology("test", "<test>", (
+        ProcessSpec("rollout", (ActorSpec("rollout", f"{__name__}:StandInRollout", DATA),)),
         ProcessSpec("learners", (ActorSpec("learner_0", f"{__name__}:StandInLearner", None),
                                  ActorSpec("learner_1", f"{__name__}:StandInLearner", None))),
-        ProcessSpec("evaluators", (
-            ActorSpec("vs_one", "sfbus_components.evaluation.evaluator:Evaluator",
-                      Evaluator.Params(**common, policies=(0,), opponent=1)),
-            ActorSpec("mirror",
-                    "sfbus_components.evaluation.evaluator:Evaluator",
-                    Evaluator.Params(**common)))),
+        ProcessSpec("evaluators", tuple(
+            ActorSpec(name, "sfbus_components.evaluation.evaluator:Evaluator", params)
+            for name, params in evaluators.items())),
     ), ())
+
+
+async def test_evaluator_scores_published_weights_against_an_opponent(tmp_path: Path) -> None:
+    # After the round at start, rounds only by hand.
+    common: dict[str, Any] = dict(interval_s=3600.0, episodes=3, deterministic=True)
+    topology = evaluator_topology(vs_one=Evaluator.Params(**common, policies=(0,), opponent=1),
+                                  mirror=Evaluator.Params(**common))
     async with hosted(topology, run_dir=str(tmp_path)) as actors:
         learners, vs_one, mirror = (actors["learner_0"], actors["learner_1"]), \
             actors["vs_one"], actors["mirror"]
@@ -152,10 +165,16 @@ async def test_evaluator_scores_published_weights_against_an_opponent(tmp_path: 
         [(0, 15.0), (0, 10.0)]  # no statistics actor in this topology: no env frames
 
 
-def test_evaluator_params_refuse_unknown_policies() -> None:
-    with pytest.raises(ValueError, match=r"policy 2 is not one of the run's policies 0\.\.1"):
-        Evaluator.Params(**{k: getattr(DATA, k) for k in DataPathParams.__dataclass_fields__},
-                         opponent=2)
+def test_evaluator_refuses_policies_the_run_has_not_before_start() -> None:
+    # The run's population size is the data-path record's: checked where the launcher sizes
+    # the shared arrays, before any process starts.
+    for params in (Evaluator.Params(opponent=2), Evaluator.Params(policies=(0, 3))):
+        table = RoutingTable(evaluator_topology(evaluator=params))
+        with pytest.raises(TopologyError, match=r"actor 'evaluator': policy [23] is not one of "
+                                                r"the run's policies 0\.\.1$"):
+            table.array_specs()
+    with pytest.raises(ValueError, match="opponent must be a policy id or -1, not -2"):
+        Evaluator.Params(opponent=-2)
 
 
 # ----- through real runs ------------------------------------------------------------------------
