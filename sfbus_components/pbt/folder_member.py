@@ -220,7 +220,7 @@ class SharedFolderPbt(Actor):
     # ----- deciding --------------------------------------------------------------------------
 
     async def _decide(self) -> None:
-        p, policy = self.params, self.params.policy
+        policy = self.params.policy
         frames = self.population.frames[policy]
         peers = await asyncio.to_thread(self.folder.peers)
         self._see(set(peers))
@@ -246,8 +246,7 @@ class SharedFolderPbt(Actor):
         if decision.changed:
             self._announce()
         self._log_decision(made, exchange)
-        save_checkpoint(self.state_dir, self.state(), self.population.updates,
-                        p.keep_checkpoints)
+        self._save()
 
     def _see(self, peers: set[str]) -> None:
         """Log and record the members that joined or left this member's view."""
@@ -294,6 +293,12 @@ class SharedFolderPbt(Actor):
             self.record = await asyncio.to_thread(self.folder.publish, record, newest)
         except OSError as error:  # the learner pruned it meanwhile, the folder is away: retry
             self.log.warning("%s: cannot publish to %s: %s", self.name, self.folder.own, error)
+        self._save()  # with each record: a member that crashes resumes its history too
+
+    def _save(self) -> None:
+        """This run's PBT state, numbered by the record's version (it only grows)."""
+        save_checkpoint(self.state_dir, self.state(), self.record.version,
+                        self.params.keep_checkpoints)
 
     def _announce(self) -> None:
         values = self.population.hyperparams[self.params.policy]
@@ -328,8 +333,6 @@ class SharedFolderPbt(Actor):
     async def on_stop(self) -> None:
         """Write the final state and record."""
         if hasattr(self, "record"):
-            save_checkpoint(self.state_dir, self.state(), self.population.updates,
-                            self.params.keep_checkpoints)
             await self._publish()
 
 
