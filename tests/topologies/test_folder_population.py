@@ -111,6 +111,8 @@ def test_members_exchange_weights_and_a_killed_member_drops_out_and_rejoins(
         decided = [e["hyperparams"] for e in history(b_dir)
                    if e["event"] in ("keep", "mutation", "exchange") and e["time"] < killed]
         assert again.hyperparams == (decided[-1] if decided else before.hyperparams)
+        # its history goes on: saved with each record, not only at its decisions
+        assert len(before.history) >= 2 and before.history[-2] in again.history
     finally:
         for run in (a, b, resumed):
             if run is not None and run.poll() is None:
