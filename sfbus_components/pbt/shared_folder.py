@@ -186,10 +186,13 @@ class SharedFolder:
         return self._read(self.own / RECORD)
 
     def publish(self, record: MemberRecord, checkpoint: Path | None) -> MemberRecord:
-        """Write ``checkpoint`` (a file, copied in unless the record already names it) and then
-        the record naming it; returns the record as written (``version``, ``written``,
+        """Copy ``checkpoint`` in (unless a file of its name is there already), then write the
+        record naming it; returns the record as written (``version``, ``written``,
         ``checkpoint`` set)."""
         self.own.mkdir(parents=True, exist_ok=True)
+        for temp in self.own.glob(f"{_TEMP_PREFIX}*"):  # left by a write killed midway
+            with contextlib.suppress(FileNotFoundError):
+                temp.unlink()
         name = record.checkpoint
         if checkpoint is not None:
             name = checkpoint.name  # the learner's checkpoint_<version>.pt: newer sorts later
@@ -212,7 +215,9 @@ class SharedFolder:
             if path.parent.name == self.member:
                 continue
             record = self._read(path)
-            if record is not None and now - record.written <= self.staleness_s:
+            if record is not None and record.member != path.parent.name:
+                self.unreadable += 1  # a copied folder: its checkpoint is not where it says
+            elif record is not None and now - record.written <= self.staleness_s:
                 found[record.member] = record
         return found
 

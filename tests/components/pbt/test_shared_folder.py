@@ -110,11 +110,13 @@ def test_an_unreadable_record_is_skipped_and_counted(tmp_path: Path) -> None:
     (tmp_path / "c" / RECORD).write_text('{"member": "c", "frames": ')
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / RECORD).write_text('{"member": "d"}')
+    (tmp_path / "e").mkdir()  # a's folder copied under another name
+    (tmp_path / "e" / RECORD).write_text((tmp_path / "a" / RECORD).read_text())
     assert list(reader.peers()) == ["a"]
-    assert reader.unreadable == 2
+    assert reader.unreadable == 3
 
 
-def test_old_checkpoints_are_pruned_keeping_the_newest(tmp_path: Path) -> None:
+def test_old_checkpoints_and_killed_writes_are_pruned(tmp_path: Path) -> None:
     folder = SharedFolder(tmp_path / "pop", "a", staleness_s=60, keep_checkpoints=2)
     current = record("a", [(1000, 5.0)])
     for version in range(1, 5):
@@ -125,6 +127,10 @@ def test_old_checkpoints_are_pruned_keeping_the_newest(tmp_path: Path) -> None:
     assert folder.checkpoint_of(current).read_bytes() == b"xxxx"
     assert sorted(p.name for p in folder.own.glob("checkpoint_*")) == [
         "checkpoint_000000003.pt", "checkpoint_000000004.pt"]
+    (folder.own / ".tmp_killed").write_bytes(b"x")  # a write killed midway
+    folder.publish(current, None)
+    assert sorted(p.name for p in folder.own.iterdir()) == [
+        "checkpoint_000000003.pt", "checkpoint_000000004.pt", RECORD]
 
 
 # ----- several processes on one folder ----------------------------------------------------------
