@@ -45,6 +45,7 @@ from sfbus_components.datapath.messages import (
     ReplacePolicy,
     TrainingStats,
 )
+from sfbus_components.datapath.record import DataPath
 from sfbus_components.learning.checkpoint import (
     checkpoint_path,
     config_fingerprint,
@@ -89,6 +90,7 @@ class SharedFolderPbt(Actor):
     """One policy of this run as a member of a population that shares a folder."""
 
     component = "pbt"
+    records = (DataPath,)
 
     @dataclass(frozen=True)
     class Params(PopulationTrainer.Params):
@@ -131,21 +133,21 @@ class SharedFolderPbt(Actor):
 
     async def on_start(self) -> None:
         """Read the initial hyperparameters, resume this run's PBT state, publish, schedule."""
-        p = self.params
+        p, data = self.params, self.context.records[DataPath].params
         if self.context.run_dir is None:
             raise ValueError(f"{self.name}: a population member needs a run directory")
         self.run_dir = Path(self.context.run_dir)
-        learner = population_learners(self.context.table.topology, p.num_policies)[p.policy]
-        initial = initial_hyperparams(p.mutable, learner, env_shaping(p, p.mutable))
+        learner = population_learners(self.context.table.topology, data.num_policies)[p.policy]
+        initial = initial_hyperparams(p.mutable, learner, env_shaping(data, p.mutable))
         rules = PbtRules(**{f.name: getattr(p, f.name) for f in dataclasses.fields(PbtRules)})
         folder = p.population_folder or self.run_dir.resolve().parent / "population"
         self.folder = SharedFolder(folder, member_name(p.population_member, str(self.run_dir)),
                                    p.staleness_s, p.keep_checkpoints)
         # members share the seed setting: their name makes their draws differ
-        rng = np.random.default_rng([p.seed, zlib.crc32(self.folder.member.encode())])
+        rng = np.random.default_rng([data.seed, zlib.crc32(self.folder.member.encode())])
         self.population = Population({p.policy: initial}, rules, rng, p.objective,
                                      p.objective_episodes)
-        self.config = config_fingerprint(p.env, p.model)
+        self.config = config_fingerprint(data.env, data.model)
         self.pending: int | None = None
         """The exchange in flight (its snapshot copied, the learner not done yet)."""
         self.history: tuple[tuple[int, float], ...] = ()

@@ -33,6 +33,7 @@ from sfbus_components.datapath.messages import (
     ReplacePolicy,
     TrainingStats,
 )
+from sfbus_components.datapath.record import DataPath
 from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.envs import make_env
 from sfbus_components.learning.checkpoint import load_newest, save_checkpoint
@@ -101,10 +102,12 @@ class PopulationTrainer(Actor):
     """Population-based training of the run's ``num_policies`` policies (paper, A.3.1)."""
 
     component = "pbt"
+    records = (DataPath,)
 
     @dataclass(frozen=True)
-    class Params(DataPathParams, PbtRules):
-        """The data path's settings plus the PBT schedule (``PbtRules``' fields)."""
+    class Params(PbtRules):
+        """The PBT schedule (``PbtRules``' fields) plus the trainer's own; env, seed and
+        population size are the run's data path's (``context.records[DataPath].params``)."""
 
         objective: Literal["true_return", "episode_return", "win_rate"] = "true_return"
         """Mean of the recent episodes' unshaped score (``true_return``; the return when the
@@ -129,14 +132,14 @@ class PopulationTrainer(Actor):
 
     async def on_start(self) -> None:
         """Read the initial hyperparameters, resume a checkpoint, announce every policy's set."""
-        p = self.params
+        p, data = self.params, self.context.records[DataPath].params
         self.started = time.monotonic()
-        learners = population_learners(self.context.table.topology, p.num_policies)
-        shaping = env_shaping(p, p.mutable)
+        learners = population_learners(self.context.table.topology, data.num_policies)
+        shaping = env_shaping(data, p.mutable)
         initial = {policy: initial_hyperparams(p.mutable, learners[policy], shaping)
-                   for policy in range(p.num_policies)}
+                   for policy in range(data.num_policies)}
         rules = PbtRules(**{f.name: getattr(p, f.name) for f in dataclasses.fields(PbtRules)})
-        self.population = Population(initial, rules, np.random.default_rng([p.seed, 0x9B7]),
+        self.population = Population(initial, rules, np.random.default_rng([data.seed, 0x9B7]),
                                      p.objective, p.objective_episodes)
         self.exchanges = 0
         self.mutations = 0
@@ -174,12 +177,12 @@ class PopulationTrainer(Actor):
         self._m_matches = family.counter_family("sfbus_selfplay_matches_total",
                                                 "1v1 matches won, by winner and loser policy",
                                                 ("winner", "loser"))
-        for policy in range(p.num_policies):
+        for policy in range(data.num_policies):
             self._announce(policy)
         if p.announce_every_s > 0:
             self.every(p.announce_every_s, self._announce_all)
         self.log.info("%s: %d policies, update every %s frames after %s; mutable %s",
-                      self.name, p.num_policies, f"{p.interval:,}", f"{p.start_delay:,}",
+                      self.name, data.num_policies, f"{p.interval:,}", f"{p.start_delay:,}",
                       sorted(initial[0]))
 
     # ----- inputs ----------------------------------------------------------------------------
