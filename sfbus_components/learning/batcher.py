@@ -21,7 +21,6 @@ from sfbus_components.datapath.messages import (
     TrajectoryReady,
 )
 from sfbus_components.datapath.record import DataPath
-from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.datapath.slot_stages import BatcherSlots
 
 
@@ -29,10 +28,12 @@ class Batcher(Actor):
     """Assembles ``BatchReady`` records from ``TrajectoryReady`` events for one policy."""
 
     component = "batcher"
+    records = (DataPath,)
 
     @dataclass(frozen=True)
-    class Params(DataPathParams):
-        """The data path's settings plus the policy this batcher serves."""
+    class Params:
+        """The policy this batcher serves; the batch's size is the run's data path's
+        (``context.records[DataPath].params``)."""
 
         policy: int = 0
         """Policy id; other policies' trajectories are counted and ignored."""
@@ -59,6 +60,8 @@ class Batcher(Actor):
         self._m_dropped = metrics.counter(
             "dropped_trajectories", "trajectories taken back by their worker after a restart")
         self.slots: BatcherSlots | None = None
+        self.trajectories_per_batch = 0
+        """Trajectories of T steps in one batch (the data-path record's batch size / T)."""
 
     @classmethod
     def shared_arrays(cls, name: str, params: Any, topology: Topology,
@@ -69,10 +72,9 @@ class Batcher(Actor):
 
     async def on_start(self) -> None:
         """Take the next epoch and announce it: the workers release what an older one held."""
-        # A run with no rollout actor (a test's feeder) has no data path: no slot stages to keep.
-        data_path = self.context.records.get(DataPath)
-        self.slots = BatcherSlots(self.context, self.params.policy,
-                                  data_path.workers if data_path is not None else ())
+        data_path = self.context.records[DataPath]
+        self.trajectories_per_batch = data_path.params.trajectories_per_batch
+        self.slots = BatcherSlots(self.context, self.params.policy, data_path.workers)
         if self.slots.epoch:
             self.log.warning("%s: restarted as epoch %d; the trajectories the previous batcher "
                              "held are released to their workers", self.name, self.slots.epoch)
@@ -97,7 +99,7 @@ class Batcher(Actor):
         self._m_trajectories.inc()
         self.pending_workers.append(msg.worker)
         self.pending_slots.append(msg.slot)
-        if len(self.pending_slots) >= self.params.trajectories_per_batch:
+        if len(self.pending_slots) >= self.trajectories_per_batch:
             self.queue.append(BatchReady(self.params.policy, tuple(self.pending_workers),
                                          tuple(self.pending_slots)))
             self.pending_workers.clear()

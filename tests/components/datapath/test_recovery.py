@@ -92,9 +92,7 @@ def sampler_topology(target: str, target_class: str, wires: list[tuple[str, ...]
 
 def _params(target_class: str, sampler: ProcessSpec) -> Any:
     if target_class.endswith(":Batcher"):
-        p = sampler.actors[0].params
-        return Batcher.Params(env=p.env, rollout=p.rollout, num_envs=p.num_envs,
-                              num_splits=p.num_splits, batch_size=p.batch_size, model=p.model)
+        return Batcher.Params()  # the batch's size is the rollout worker's, through the record
     return None
 
 

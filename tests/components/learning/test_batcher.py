@@ -8,15 +8,25 @@ from collections.abc import Callable
 
 import pytest
 
-from sfbus import Actor, Signal, slot
+from sfbus import Signal, slot
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
 from sfbus_components.datapath.messages import BatchReady, LearnerIdle, TrajectoryReady
+from sfbus_components.datapath.record import TrajectoryWriter
+from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.learning.batcher import Batcher
+from sfbus_components.models import ModelConfig
 from tests.kernel.conftest import hosted
 
+DATA = DataPathParams(env="gym:CartPole-v1", rollout=8, batch_size=24, num_envs=2,
+                      model=ModelConfig(core="none", mlp_layers=(8,)))
+"""The run's data path: 3 trajectories per batch."""
 
-class Feeder(Actor):
-    """Stands in for the rollout workers and the learner around a batcher."""
+
+class Feeder(TrajectoryWriter):
+    """Stands in for the rollout workers (it is the run's rollout actor, whose parameters size
+    the data-path record; it keeps no trajectory buffer) and the learner around a batcher."""
+
+    Params = DataPathParams
 
     trajectory_ready = Signal(TrajectoryReady)
     learner_idle = Signal(LearnerIdle)
@@ -33,12 +43,11 @@ class Feeder(Actor):
 
 def topology() -> Topology:
     """A feeder wired to a batcher of policy 0 with 3 trajectories per batch."""
-    params = Batcher.Params(rollout=8, batch_size=24, policy=0)
     return Topology("batcher", "<test>", (
         ProcessSpec("feed", (ActorSpec("feeder", "tests.components.learning.test_batcher:Feeder",
-                                       None),)),
+                                       DATA),)),
         ProcessSpec("batch", (ActorSpec("batcher",
-                "sfbus_components.learning.batcher:Batcher", params),)),
+                "sfbus_components.learning.batcher:Batcher", Batcher.Params(policy=0)),)),
     ), (
         ConnectionSpec("feeder", "trajectory_ready", "batcher", "on_trajectory_ready"),
         ConnectionSpec("feeder", "learner_idle", "batcher", "on_learner_idle"),
