@@ -219,10 +219,16 @@ _PADDED_LOGIT = 2 * MASKED_LOGIT
 is masked gives its padding probability 0."""
 
 
-@functools.cache
 def _padding_index(action_heads: tuple[int, ...], device: torch.device) -> Tensor:
     """Where each entry of ``[heads, max choices]`` reads from the logits followed by one
     padding column (index ``sum(action_heads)``)."""
+    if torch.compiler.is_compiling():
+        # A trace (sfbus export) makes a fake tensor here: cached, it would reach the next trace.
+        return _index_tensor(action_heads, device)
+    return _cached_index_tensor(action_heads, device)
+
+
+def _index_tensor(action_heads: tuple[int, ...], device: torch.device) -> Tensor:
     width, pad = max(action_heads), sum(action_heads)
     index, start = [], 0
     for choices in action_heads:
@@ -230,6 +236,9 @@ def _padding_index(action_heads: tuple[int, ...], device: torch.device) -> Tenso
         start += choices
     with torch.inference_mode(False):  # first built in an inference step, later saved for backward
         return torch.tensor(index, device=device)
+
+
+_cached_index_tensor = functools.cache(_index_tensor)
 
 
 def _by_head(logits: Tensor, action_heads: tuple[int, ...]) -> Tensor:

@@ -151,3 +151,12 @@ def test_an_output_that_cannot_be_written_is_refused_before_exporting(tmp_path, 
         assert stdout == ""
     assert list(tmp_path.glob("*.onnx")) == [blocker] and not any(blocker.iterdir())
     assert not list(tmp_path.glob(".*.partial"))
+
+
+def test_a_second_export_in_one_process_traces_afresh(tmp_path: Path) -> None:
+    """What a trace builds is never cached for the next one (the padded heads' index was: a
+    second export of a policy with heads of several sizes found the first trace's fake tensor)."""
+    model = ModelConfig(core="gru", core_size=8, mlp_layers=(16,))
+    for name in ("first", "second"):
+        inputs, _ = export_onnx(trained_policy(MASKED, model), MASKED, tmp_path / f"{name}.onnx")
+        assert (tmp_path / f"{name}.onnx").is_file() and "action_mask" in inputs
