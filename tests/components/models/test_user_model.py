@@ -244,13 +244,13 @@ def test_a_bad_model_part_is_a_located_error_before_anything_starts(
 
 def test_a_user_part_in_a_topology_file_is_checked_at_its_line(tmp_path: Path) -> None:
     topology = tmp_path / "mine.yaml"
-    topology.write_text(f"extends: {CARTPOLE}\n"
-                        "settings:\n"
-                        f"  model: {{encoder: {HERE}:TinyEncoder, architecture: simplified}}\n")
+    model = f"  model: {{encoder: {HERE}:TinyEncoder, architecture: simplified}}"
+    topology.write_text(f"extends: {CARTPOLE}\nsettings:\n{model}\n")
     done = sfbus("validate", str(topology), timeout=120)
     assert done.returncode == 2
+    column = model.index("simplified") + 1
     assert done.stderr.strip() == (
-        f"error: {topology}:3:80: settings.model.architecture: architecture 'simplified' "
+        f"error: {topology}:3:{column}: settings.model.architecture: architecture 'simplified' "
         f"chooses the keys of the built-in encoders; encoder '{HERE}:TinyEncoder' reads the "
         "keys it wants: leave architecture at auto (parameter 'model' of actor 'rollout')")
     topology.write_text(f"extends: {CARTPOLE}\n"
