@@ -201,7 +201,7 @@ def test_set_full_paths(load) -> None:
 
 def test_auto_replicas_and_affinity_follow_the_machines_cores(load) -> None:
     topo = load(GOOD, ("processes.main.replicas=auto", "processes.main.cpu_affinity=auto"))
-    cores = os.cpu_count()
+    cores = len(os.sched_getaffinity(0))
     assert topo.processes[0].replicas == cores
     assert topo.processes[0].cpu_affinity == tuple(range(cores))
 
