@@ -257,9 +257,9 @@ class TrainingStats(Message, frozen=True):
         "perf/train_seconds", "seconds the batch took to train")] = nan
     learner_fps: Annotated[float, Figure(
         "perf/learner_fps", "env frames trained on per second of training")] = nan
-    memory_mb: Annotated[float, Figure(
+    memory: Annotated[float, Figure(
         "stats/memory_learner", "the learner process's resident memory, MiB")] = nan
-    gpu_memory_mb: Annotated[float, Figure(
+    gpu_memory: Annotated[float, Figure(
         "stats/gpu_mem_learner", "GPU memory the learner's tensors hold, MB")] = nan
 
 

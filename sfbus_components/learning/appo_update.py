@@ -92,8 +92,8 @@ class AppoUpdate:
         # their smallest, largest); NaN where every step was skipped
         result: dict[str, Any] = {
             k: _reduce(k)([f[k] for f in figures]) for k in (figures[0] if figures else ())}
-        result.update(self._running_figures(params), memory_mb=process_memory_mb(),
-                      gpu_memory_mb=gpu_memory_mb(t.device))
+        result.update(self._running_figures(params), memory=process_memory_mb(),
+                      gpu_memory=gpu_memory_mb(t.device))
         own_lags = lag[valids]  # the steps of this policy, those lagging too much included
         low, median, p90 = (own_lags.quantile(torch.tensor([0.0, 0.5, 0.9], device=lag.device))
                             .tolist() if own_lags.numel() else [math.nan] * 3)

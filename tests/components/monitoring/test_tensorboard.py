@@ -56,7 +56,7 @@ def training_stats(policy: int, loss: float, env_frames: int = 256) -> TrainingS
                          value_loss=0.25, entropy=0.6, kl=0.01, grad_norm=1.5, lr=1e-3,
                          lag_mean=2.5, lag_max=4.0, clip_fraction=0.1, train_seconds=0.02,
                          ratio_mean=1.03, valid_fraction=0.75, lag_p90=3.5, learner_fps=9000.0,
-                         memory_mb=300.0)
+                         memory=300.0)
 
 
 async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
