@@ -25,6 +25,7 @@ RUN_ELSEWHERE = {
     "cartpole": "topologies/test_learning.py",
     "cartpole_eval": "topologies/test_evaluator.py",
     "cartpole_pbt4": "topologies/test_pbt.py",
+    "cartpole_population_member": "topologies/test_folder_population.py",
     "doom_basic": "topologies/test_learning.py",
     "doom_deathmatch_bots": "topologies/test_doom_bots_run.py",
     "mujoco_halfcheetah": "topologies/test_mujoco_run.py",
