@@ -8,6 +8,14 @@ version that acted, and whether the agent was inactive (did not act). Step ``T``
 observation (and state) after the last action, for bootstrapping; it is also copied into step 0
 of the worker's next slot.
 
+With ``agent_policies`` (heterogeneous agents, :mod:`sfbus_components.datapath.agent_policies`)
+the fields an agent's spaces shape, its observations, actions and action parameters, are each
+policy's own, ``<worker>.policy<id>.traj.<field>`` shaped by that policy's spec, while the rest
+(RNN state, rewards, dones, ...), the request table, the slot pool and the stages stay the
+worker's: a slot's row is filled in the arrays of the policy its agent acts with (fixed for the
+run), and a reader of policy ``p`` sees the buffer through ``TrajectoryLayout.of_policy(p)``.
+Every policy's arrays span all the worker's slots, so one pool serves them all.
+
 With ``sampling: batched`` the fields are shaped ``[blocks, T+1, rows, ...]`` instead (a block is
 the ``rows_per_split`` slots one split fills, see :mod:`sfbus_components.sampling.batched_layout`):
 slot ``s`` is ``(s // rows, :, s % rows)``, so a split's rows at step ``t`` are one contiguous
@@ -27,13 +35,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from sfbus import ActorContext, ArraySpec, SlotPool
+from sfbus_components.datapath.agent_policies import resolve_agent_policies
 from sfbus_components.datapath.settings import DataPathParams
+from sfbus_components.datapath.slot_source import SlotSource
 from sfbus_components.envs import EnvSpec, env_spec
 
 Index = int | slice | np.ndarray
@@ -42,9 +52,18 @@ STEP_FIELDS = ("rnn", "actions", "log_probs", "action_params", "values", "reward
                "time_outs", "versions", "policies", "inactive")
 
 
-def trajectory_field_name(worker: str, field: str) -> str:
-    """The shared array of one field of the trajectory buffer of rollout worker ``worker``."""
+def trajectory_field_name(worker: str, field: str, policy: int = -1) -> str:
+    """The shared array of one field of the trajectory buffer of rollout worker ``worker``
+    (``policy`` >= 0: that policy's own array of a field its agents' spaces shape)."""
+    if policy >= 0:
+        return f"{worker}.policy{policy}.traj.{field}"
     return f"{worker}.traj.{field}"
+
+
+def spaced(field: str) -> bool:
+    """Whether the agents' spaces shape field ``field`` (each policy's own with
+    ``agent_policies``)."""
+    return field.startswith("obs.") or field in ("actions", "action_params")
 
 
 def requests_name(worker: str) -> str:
@@ -116,6 +135,24 @@ class TrajectoryLayout:
     block_rows: int = 0
     """Rows per block of the ``[blocks, T+1, rows, ...]`` layout (batched sampling); 0 for the
     ``[slots, T+1, ...]`` layout."""
+    agent_policies: tuple[int, ...] = ()
+    """With ``agent_policies``: the policy of each of an env's agents, fixed for the run."""
+    policy_specs: tuple[EnvSpec, ...] = ()
+    """With ``agent_policies``: each policy's spec (its agents' spaces, ``num_agents`` their
+    count per env), which shapes its own observation and action arrays."""
+    policy: int = -1
+    """The policy whose view this is (:meth:`of_policy`); -1, the worker's view, has no
+    observation and action arrays when ``policy_specs`` is set."""
+
+    def of_policy(self, policy: int) -> TrajectoryLayout:
+        """The layout as the readers of ``policy`` see it (itself without ``policy_specs``)."""
+        if not self.policy_specs:
+            return self
+        return replace(self, spec=self.policy_specs[policy], policy=policy)
+
+    def array_name(self, worker: str, field: str) -> str:
+        """The shared array that holds field ``field`` of worker ``worker`` in this view."""
+        return trajectory_field_name(worker, field, self.policy if spaced(field) else -1)
 
     def field_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """Field name to (shape, dtype); observation fields are named ``obs.<key>``."""
@@ -143,13 +180,19 @@ class TrajectoryLayout:
             # masked out of the loss as a step of another policy; 0 (the buffer's zeros) acted
             "inactive": (steps, "uint8"),
         })
+        if self.policy_specs and self.policy < 0:  # each policy's own: see of_policy
+            return {name: value for name, value in fields.items() if not spaced(name)}
         return fields
 
     def array_specs(self, worker: str) -> list[ArraySpec]:
         """Every shared array of worker ``worker``: buffer fields, request table, slot pool and
         the pool's slot stages (see :mod:`sfbus_components.datapath.slot_stages`)."""
-        specs = [ArraySpec(trajectory_field_name(worker, name), shape, dtype)
+        specs = [ArraySpec(self.array_name(worker, name), shape, dtype)
                  for name, (shape, dtype) in self.field_shapes().items()]
+        for policy in range(len(self.policy_specs)):
+            view = self.of_policy(policy)
+            specs.extend(ArraySpec(view.array_name(worker, name), shape, dtype)
+                         for name, (shape, dtype) in view.field_shapes().items() if spaced(name))
         specs.append(ArraySpec(requests_name(worker), (self.splits, self.rows_per_split, 2),
                                "int64"))
         specs.extend(SlotPool.array_specs(pool_name(worker), self.slots))
@@ -170,11 +213,14 @@ def trajectory_layout(params: DataPathParams, workers: int) -> TrajectoryLayout:
     while the learner trains (one policy only).
     """
     spec = env_spec(params.env, **params.env_kwargs)
+    agent_policies, policy_specs = resolve_agent_policies(spec, params.agent_policies,
+                                                          params.num_policies)
     agents = params.num_envs * spec.num_agents
     per_batch = params.trajectories_per_batch
     if params.mode == "sync":
-        if params.num_policies > 1:
-            raise ValueError("sync mode trains one policy; use mode async with num_policies > 1")
+        if params.acting_policies > 1:
+            raise ValueError("sync mode trains one policy against itself; use mode async with "
+                             "num_policies > 1 or opponent_slots")
         if per_batch % (workers * agents):
             raise ValueError(
                 f"sync mode: batch_size {params.batch_size} must be a multiple of rollout x "
@@ -197,24 +243,32 @@ def trajectory_layout(params: DataPathParams, workers: int) -> TrajectoryLayout:
         # block a batch boundary leaves partly released.
         slots = (math.ceil(slots / rows_per_split) + 1) * rows_per_split
     return TrajectoryLayout(spec, params.rollout, params.state_size, slots, params.num_splits,
-                            rows_per_split, rows_per_split if batched else 0)
+                            rows_per_split, rows_per_split if batched else 0, agent_policies,
+                            policy_specs)
 
 
 class TrajectoryBuffer:
     """A rollout worker's trajectory buffer, attached in any process: numpy and torch views."""
 
     def __init__(self, context: ActorContext, worker: str, layout: TrajectoryLayout) -> None:
+        self.context = context
         self.worker = worker
         self.layout = layout
         self.numpy: dict[str, np.ndarray] = {}
         self.torch: dict[str, torch.Tensor] = {}
         for name in layout.field_shapes():
-            array = context.shared(trajectory_field_name(worker, name))
+            array = context.shared(layout.array_name(worker, name))
             self.numpy[name] = array.numpy
             self.torch[name] = array.torch
-        self.obs_keys = tuple(layout.spec.observation_space)
+        # none in a heterogeneous worker's own view: each policy's view has its own
+        self.obs_keys = tuple(k for k in layout.spec.observation_space
+                              if f"obs.{k}" in self.numpy)
         requests = context.shared(requests_name(worker))
         self.requests = requests.numpy
+
+    def of_policy(self, policy: int) -> TrajectoryBuffer:
+        """The buffer as policy ``policy`` sees it (:meth:`TrajectoryLayout.of_policy`)."""
+        return TrajectoryBuffer(self.context, self.worker, self.layout.of_policy(policy))
 
     def obs_numpy(self) -> dict[str, np.ndarray]:
         """Observation fields by key (without the ``obs.`` prefix), numpy views."""
@@ -250,44 +304,7 @@ class TrajectoryBuffer:
         field = self.torch[name]
         if width is not None:
             field = field[..., :width]
-        return SlotSource(field, self.layout, steps)
-
-
-class SlotSource:
-    """One field's first steps of any slots, copied out with one gather (the learner's copy).
-
-    ``[slots, T+1]`` layout: an ``index_select`` over slots of the step-sliced view. Block layout:
-    an ``index_select`` over the flat ``(block, t, row)`` rows of every slot's steps.
-    """
-
-    def __init__(self, field: torch.Tensor, layout: TrajectoryLayout, steps: int | None) -> None:
-        self.rows = layout.block_rows
-        self.dtype = field.dtype
-        self.squeeze = steps is None
-        self.steps = 1 if steps is None else steps
-        if self.rows:
-            feature = field.shape[3:]
-            # A view (fails rather than copy); sized explicitly, as a zero-width state has no
-            # elements to infer -1 from.
-            self.flat = field.view(field.shape[:3].numel(), *feature)
-            self.offsets = torch.arange(self.steps) * self.rows
-            self.slot_steps = layout.rollout + 1
-        else:
-            feature = field.shape[2:]
-            self.source = field[:, 0] if steps is None else field[:, :steps]
-        self.shape: tuple[int, ...] = (*(() if self.squeeze else (self.steps,)), *feature)
-        """The shape one slot's copy has."""
-
-    def copy_into(self, slots: torch.Tensor, out: torch.Tensor) -> None:
-        """Copy ``slots``' steps into ``out`` (contiguous, ``[len(slots), *self.shape]``)."""
-        if not self.rows:
-            torch.index_select(self.source, 0, slots, out=out)
-            return
-        block, row = slots.div(self.rows, rounding_mode="floor"), slots.remainder(self.rows)
-        # (block * (T+1) + t) * rows + row, for t in [0, steps)
-        flat = (block * (self.slot_steps * self.rows) + row).unsqueeze(1) + self.offsets
-        torch.index_select(self.flat, 0, flat.view(-1),
-                           out=out.view(len(slots) * self.steps, *self.flat.shape[1:]))
+        return SlotSource(field, self.layout.block_rows, self.layout.rollout + 1, steps)
 
 
 def policy_array_specs(policy: int, num_params: int) -> list[ArraySpec]:

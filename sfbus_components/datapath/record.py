@@ -48,6 +48,11 @@ class DataPath(RunRecord, frozen=True):
         """The environment's spec (observation fields, actions, agents, frameskip)."""
         return self.layout.spec
 
+    def policy_spec(self, policy: int) -> EnvSpec:
+        """The spec of the agents ``policy`` acts for (with ``agent_policies``, their own
+        spaces; else the env's), from which its model is built."""
+        return self.layout.of_policy(policy).spec
+
     def weights_size(self, policy: int) -> int:
         """Floats in the weights vector of ``policy`` (``ValueError`` for a policy the run has
         not)."""
@@ -60,11 +65,12 @@ class DataPath(RunRecord, frozen=True):
     def from_topology(cls, topology: Topology) -> DataPath:
         """The record of ``topology``'s rollout actor (``ValueError`` when it has none)."""
         params, workers = _rollout_actor(topology)
-        # One model is built for all policies: they share the data path's model (the inference
-        # worker serves them all with one network shape).
-        size = published_size(params)
-        return cls(trajectory_layout(params, len(workers)), workers,
-                   (size,) * params.num_policies, data_path_params(params))
+        layout = trajectory_layout(params, len(workers))
+        if layout.policy_specs:  # heterogeneous agents: each policy's network its own shape
+            weights = tuple(published_size(params, p) for p in range(params.num_policies))
+        else:  # one model is built for all policies: they share one network shape
+            weights = (published_size(params),) * params.num_policies
+        return cls(layout, workers, weights, data_path_params(params))
 
 
 def _rollout_actor(topology: Topology) -> tuple[DataPathParams, tuple[str, ...]]:

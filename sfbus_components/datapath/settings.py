@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from sfbus_components.envs import env_spec
+from sfbus_components.datapath.agent_policies import resolve_agent_policies
+from sfbus_components.envs import EnvSpec, env_spec
 from sfbus_components.models import ModelConfig
 from sfbus_components.models.policy import Policy
 from sfbus_components.models.registry import model_state_size
@@ -47,6 +48,12 @@ class DataPathParams:
     """``batched``: each split's slots are one contiguous block, so the inference worker runs on
     a slice of the buffer with no gather (one policy only, see
     :mod:`sfbus_components.sampling.batched_layout`)."""
+    agent_policies: dict[str, int] = field(default_factory=dict)
+    """Agent name (or ``fnmatch`` pattern, first match wins) -> the policy that acts for it for
+    the whole run, each policy with its agents' own observation and action spaces, model and
+    arrays (:mod:`sfbus_components.datapath.agent_policies`); needed where an env's agents
+    differ in space (``{"adversary_*": 0, "agent_*": 1}``). Empty: every agent shares the
+    env's one space and the rollout's ``policy_mapping`` picks its policy per episode."""
 
     def __post_init__(self) -> None:
         for name in ("rollout", "num_envs", "num_splits", "batch_size", "num_policies"):
@@ -67,6 +74,13 @@ class DataPathParams:
         if self.sampling == "batched" and self.num_policies > 1:
             raise ValueError(f"sampling: batched runs one policy per worker, but num_policies is "
                              f"{self.num_policies}; use sampling: non_batched for a population")
+        if self.agent_policies and self.num_policies == 1:
+            raise ValueError("agent_policies maps agents to policies, but num_policies is 1 "
+                             "(every agent acts with policy 0 already)")
+        for key, policy in self.agent_policies.items():
+            if not 0 <= policy < self.num_policies:
+                raise ValueError(f"agent_policies: {key!r} maps to policy {policy}, but the run "
+                                 f"has policies 0..{self.num_policies - 1} (num_policies)")
         if self.batch_size % self.rollout:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of rollout "
                              f"({self.rollout})")
@@ -94,11 +108,20 @@ def data_path_params(params: DataPathParams) -> DataPathParams:
     return DataPathParams(**{f.name: getattr(params, f.name) for f in fields(DataPathParams)})
 
 
-def build_policy(params: DataPathParams) -> Policy:
-    """A fresh policy for the run's environment and model."""
-    return Policy(env_spec(params.env, **params.env_kwargs), params.model)
+def policy_spec(params: DataPathParams, policy: int = 0) -> EnvSpec:
+    """The spec of the agents ``policy`` acts for: the env's, or with ``agent_policies`` that
+    policy's own (its agents' spaces and count)."""
+    spec = env_spec(params.env, **params.env_kwargs)
+    if not params.agent_policies:
+        return spec
+    return resolve_agent_policies(spec, params.agent_policies, params.num_policies)[1][policy]
 
 
-def published_size(params: DataPathParams) -> int:
-    """Length of the flat weights vector of a policy built from ``params``."""
-    return sum(t.numel() for t in build_policy(params).published_tensors())
+def build_policy(params: DataPathParams, policy: int = 0) -> Policy:
+    """A fresh network of ``policy`` for the run's environment and model."""
+    return Policy(policy_spec(params, policy), params.model)
+
+
+def published_size(params: DataPathParams, policy: int = 0) -> int:
+    """Length of the flat weights vector of ``policy``, built from ``params``."""
+    return sum(t.numel() for t in build_policy(params, policy).published_tensors())

@@ -16,7 +16,7 @@ passes through unchanged; of a hybrid action (heads, then a Box) only the Box pa
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -79,8 +79,37 @@ class BoundedActions(EnvWrapper):
         self.env.close()
 
 
+class BoundedAgentActions(EnvWrapper):
+    """A heterogeneous env (one action array per agent) whose agents with a Box have their
+    actions mapped by their own spec's bounds."""
+
+    def __init__(self, env: MultiAgentEnv, mode: ActionBounds) -> None:
+        super().__init__(env)
+        self.maps = [ActionMap(spec, mode) if spec.is_continuous else None
+                     for spec in env.spec.agent_specs]
+
+    def step_into(self, actions: Any, obs_out: Any) -> StepOutput:
+        """Step the wrapped env with each agent's mapped action."""
+        mapped = [a if m is None else m(a[None])[0]
+                  for m, a in zip(self.maps, actions, strict=True)]
+        return self.env.step_into(mapped, obs_out)
+
+    def reset_into(self, obs_out: Any, seed: int | None = None) -> None:
+        """Reset the wrapped env."""
+        self.env.reset_into(obs_out, seed=seed)
+
+    def close(self) -> None:
+        """Close the wrapped env."""
+        self.env.close()
+
+
 def bound_actions(env: MultiAgentEnv, mode: ActionBounds) -> MultiAgentEnv:
     """`env` with its continuous actions mapped by `mode`; itself when nothing is to map."""
-    if mode == "none" or not env.spec.is_continuous:
+    spec = env.spec
+    if spec.heterogeneous:
+        if mode == "none" or not any(s.is_continuous for s in spec.agent_specs):
+            return env
+        return BoundedAgentActions(env, mode)
+    if mode == "none" or not spec.is_continuous:
         return env
     return BoundedActions(env, mode)

@@ -60,6 +60,8 @@ def check_env(env: MultiAgentEnv, name: str) -> EnvSpec:
             isinstance(f, ObsField) for f in fields.values()):
         raise EnvSpecError(f"env {name!r}: spec.observation_space must be a non-empty dict of "
                            f"field name -> ObsField, got {fields!r}")
+    if spec.heterogeneous:
+        return _check_agents(env, name, spec)
     obs = spec.empty_obs()
     _call(name, "reset_into", env.reset_into, obs, seed=0)
     _check_fields(name, "reset_into", spec, obs)
@@ -68,6 +70,31 @@ def check_env(env: MultiAgentEnv, name: str) -> EnvSpec:
     _check_fields(name, "step_into", spec, obs)
     _check_step_output(name, spec.num_agents, out)
     return spec
+
+
+def _check_agents(env: MultiAgentEnv, name: str, spec: EnvSpec) -> EnvSpec:
+    """`check_env` of a heterogeneous env: observations and actions one per agent."""
+    obs = spec.empty_agent_obs()
+    _call(name, "reset_into", env.reset_into, obs, seed=0)
+    _check_agent_fields(name, "reset_into", spec, obs)
+    actions = spec.random_agent_actions(np.random.default_rng(0))
+    out = _call(name, "step_into", env.step_into, actions, obs)
+    _check_agent_fields(name, "step_into", spec, obs)
+    _check_step_output(name, spec.num_agents, out)
+    return spec
+
+
+def _check_agent_fields(name: str, what: str, spec: EnvSpec, obs: list[ObsDict]) -> None:
+    """Every agent's observation dict must hold its own fields, written in place."""
+    for i, (agent, fields) in enumerate(zip(spec.agent_specs, obs, strict=True)):
+        for key, field in agent.observation_space.items():
+            got = fields.get(key)
+            if not isinstance(got, np.ndarray) or got.shape != field.shape \
+                    or got.dtype != field.dtype:
+                raise EnvSpecError(
+                    f"env {name!r}: after {what} agent {i}'s observation field {key!r} is "
+                    f"{_describe(got)}, but its spec declares {field.dtype} "
+                    f"{list(field.shape)} (write into obs_out[agent][field][...])")
 
 
 def _call(name: str, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -200,14 +200,35 @@ def _as_env_error(what: str, error: Exception) -> EnvError:
                                                                          else ""))
 
 
+class GuardedAgentsEnv(GuardedEnv):
+    """A heterogeneous env's guard (``spec.agent_specs``): each agent's float observations are
+    checked in its own dict (the class is chosen once, so other envs' steps test nothing more)."""
+
+    def __init__(self, env: MultiAgentEnv, watchdog: StepWatchdog | None,
+                 engines: set[int] | None = None) -> None:
+        super().__init__(env, watchdog, engines)
+        self._float_keys = []
+        self._agent_float_keys = [(i, k) for i, spec in enumerate(env.spec.agent_specs)
+                                  for k, f in spec.observation_space.items()
+                                  if np.dtype(f.dtype).kind == "f"]
+
+    def step_into(self, actions: Any, obs_out: Any) -> StepOutput:
+        """Step as :meth:`GuardedEnv.step_into`, then check every agent's float observations."""
+        out = super().step_into(actions, obs_out)
+        for agent, key in self._agent_float_keys:
+            if not math.isfinite(obs_out[agent][key].sum(dtype=np.float64)):
+                raise EnvError(f"the env returned a non-finite observation {key!r} for agent "
+                               f"{agent}")
+        return out
+
+
 def make_guarded_env(name: str, kwargs: dict[str, Any],
                      watchdog: StepWatchdog | None) -> GuardedEnv:
     """Create env ``name`` wrapped in a :class:`GuardedEnv`, noting the processes it started."""
-    if watchdog is None:
-        return GuardedEnv(make_env(name, **kwargs), None)
-    before = child_pids()
+    before = child_pids() if watchdog is not None else set()
     env = make_env(name, **kwargs)
-    return GuardedEnv(env, watchdog, child_pids() - before)
+    guard = GuardedAgentsEnv if env.spec.heterogeneous else GuardedEnv
+    return guard(env, watchdog, None if watchdog is None else child_pids() - before)
 
 
 def child_pids() -> set[int]:

@@ -15,6 +15,11 @@ Conventions (Sample Factory's):
 - An episode that ends is reset at once inside `step`: the observation returned for that agent is
   the first one of the next episode, and that agent's info carries the finished episode's
   `episode_return`, `episode_length` (env steps) and `episode_frames` (engine frames).
+- Heterogeneous agents (`spec.agent_specs`: agents whose observation or action spaces differ,
+  such as MPE's predators and prey) cannot share arrays: such an env takes `actions` as a
+  sequence of each agent's own action array (`[*action_shape]` of its spec) and writes into
+  `obs_out`, a sequence of each agent's own observation dict (fields `[*shape]`, no agent axis).
+  Rewards, terminations, truncations and infos stay one entry per agent.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 ACTION_MASK_KEY = "action_mask"
 """The observation key of an action mask (see the module's docstring)."""
 ObsDict = dict[str, np.ndarray]
+AgentObs = list[ObsDict]
+"""A heterogeneous env's observations: one dict per agent, fields without an agent axis."""
 StepOutput = tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]
 
 
@@ -80,10 +87,22 @@ class EnvSpec:
     """Factor the learner applies to this env's rewards before its own `reward_scale` (Sample
     Factory scales some scenarios' rewards inside the env, e.g. VizDoom basic's by 0.01; here
     the env reports its game's rewards and the learner scales them)."""
+    agent_names: tuple[str, ...] = ()
+    """The agents' names in row order (a PettingZoo env's ``possible_agents``), which a run's
+    ``agent_policies`` maps to policies; empty: the agents are unnamed."""
+    agent_specs: tuple[EnvSpec, ...] = ()
+    """Heterogeneous agents: each agent's own spec (``num_agents`` 1), in row order, where the
+    agents' observation or action spaces differ; this spec's own spaces are then agent 0's.
+    Empty: every agent has this spec's spaces."""
 
     def __post_init__(self) -> None:
         if not self.action_heads and self.action_box is None:
             raise ValueError("an EnvSpec needs action_heads, an action_box or both")
+        for what, given in (("agent_names", self.agent_names), ("agent_specs", self.agent_specs)):
+            if given and len(given) != self.num_agents:
+                raise ValueError(f"{what} has {len(given)} entries for {self.num_agents} agents")
+        if any(s.num_agents != 1 or s.agent_specs for s in self.agent_specs):
+            raise ValueError("each of agent_specs is one agent's spec (num_agents 1)")
         mask = self.observation_space.get(ACTION_MASK_KEY)
         if mask is not None and mask.shape != (sum(self.action_heads),):
             raise ValueError(f"observation '{ACTION_MASK_KEY}' has shape {list(mask.shape)}, "
@@ -93,6 +112,27 @@ class EnvSpec:
             raise ValueError("num_agents and frameskip must be >= 1")
         if not 0.0 < self.reward_scale < math.inf:
             raise ValueError(f"reward_scale must be positive and finite, not {self.reward_scale}")
+
+    @property
+    def heterogeneous(self) -> bool:
+        """True when the agents' spaces differ (``agent_specs``): actions and observations then
+        go one array or dict per agent (see the module's docstring)."""
+        return bool(self.agent_specs)
+
+    def spaces_equal(self, other: EnvSpec) -> bool:
+        """Whether ``other`` has this spec's observation and action spaces (one agent's)."""
+        return (self.observation_space == other.observation_space
+                and self.action_heads == other.action_heads
+                and self.action_box == other.action_box)
+
+    def describe_spaces(self) -> str:
+        """One agent's observation and action spaces, for messages."""
+        obs = ", ".join(f"{k} {f.dtype} {list(f.shape)}" for k, f in
+                        self.observation_space.items())
+        actions = [f"heads {list(self.action_heads)}"] if self.action_heads else []
+        if self.action_box is not None:
+            actions.append(f"box {list(self.action_box.shape)}")
+        return f"observation {{{obs}}}, actions {' + '.join(actions)}"
 
     @property
     def is_continuous(self) -> bool:
@@ -168,6 +208,15 @@ class EnvSpec:
         """A no-op-shaped zero action array `[num_agents, *action_shape]`."""
         return np.zeros((self.num_agents, *self.action_shape), self.action_dtype)
 
+    def empty_agent_obs(self) -> AgentObs:
+        """A heterogeneous env's zeroed observations: one dict per agent, of its own fields."""
+        return [{k: np.zeros(f.shape, f.dtype) for k, f in s.observation_space.items()}
+                for s in self.agent_specs]
+
+    def random_agent_actions(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """A heterogeneous env's random actions: one array per agent, of its own space."""
+        return [s.random_actions(rng, 1)[0][0] for s in self.agent_specs]
+
 
 class MultiAgentEnv(abc.ABC):
     """An env stepping `spec.num_agents` agents in lockstep, with in-place observation writes.
@@ -199,6 +248,10 @@ class MultiAgentEnv(abc.ABC):
 
     def reset(self, seed: int | None = None) -> list[ObsDict]:
         """Start new episodes; return one observation dict per agent (fresh arrays)."""
+        if self.spec.heterogeneous:
+            agents = self.spec.empty_agent_obs()
+            self.reset_into(agents, seed=seed)
+            return agents
         buf = self.spec.empty_obs()
         self.reset_into(buf, seed=seed)
         return _split(buf, self.spec.num_agents)
@@ -206,6 +259,10 @@ class MultiAgentEnv(abc.ABC):
     def step(self, actions: np.ndarray) -> tuple[list[ObsDict], np.ndarray, np.ndarray,
                                                  np.ndarray, list[dict[str, Any]]]:
         """Step once; return `(obs per agent, rewards, terminated, truncated, infos)`."""
+        if self.spec.heterogeneous:
+            agents = self.spec.empty_agent_obs()
+            rewards, terminated, truncated, infos = self.step_into(actions, agents)
+            return agents, rewards, terminated, truncated, infos
         buf = self.spec.empty_obs()
         rewards, terminated, truncated, infos = self.step_into(actions, buf)
         return _split(buf, self.spec.num_agents), rewards, terminated, truncated, infos

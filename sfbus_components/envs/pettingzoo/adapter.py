@@ -2,8 +2,12 @@
 `pettingzoo:<module>` (its `parallel_env`) and `pettingzoo:<module>:<factory>`.
 
 Agents are the rows of every array in the order of the env's `possible_agents`, fixed for the
-env's life; all of them must share one observation and one action space (as Sample Factory
-requires), converted as `gym:` envs are (`sfbus_components.envs.gym.adapter`).
+env's life, and the spec names them (`EnvSpec.agent_names`). Their spaces are converted as `gym:`
+envs' are (`sfbus_components.envs.gym.adapter`). Agents that differ in observation or action space
+(MPE's `simple_tag`: predators see 16 numbers, prey 14) make a heterogeneous env
+(`EnvSpec.agent_specs`: actions and observations one per agent, see
+`sfbus_components.envs.spec`); a run maps each of them to a policy of its space by name
+(`agent_policies`, docs/ENVIRONMENTS.md).
 
 An agent that leaves before the others (PettingZoo drops it from `agents`) is reported finished on
 the step it leaves (its `terminated`/`truncated` and episode stats). Until the env's episode ends
@@ -26,6 +30,7 @@ import numpy as np
 from sfbus_components.envs.family import EnvNotInstalledError, UnknownEnvError
 from sfbus_components.envs.gym.adapter import GymAction, _action_space, _obs_field
 from sfbus_components.envs.spec import (
+    AgentObs,
     EnvSpec,
     EpisodeStats,
     MultiAgentEnv,
@@ -39,8 +44,8 @@ _IN_EXTRA = ("mpe2",)
 
 
 class AgentSpacesError(ValueError):
-    """The env's agents do not share one observation or action space: the env's (or its
-    settings') fault; pad the spaces to one (SuperSuit's padding wrappers) or pick another env."""
+    """An agent's space cannot be converted, or the env is not a parallel env: the env's (or its
+    settings') fault; pick another env or wrap it."""
 
 
 class PettingZooEnv(MultiAgentEnv):
@@ -50,12 +55,12 @@ class PettingZooEnv(MultiAgentEnv):
         self.env = env
         self.agents: tuple[str, ...] = tuple(env.possible_agents)
         """Agent names in row order."""
-        obs_space, act_space = _shared_spaces(env, self.agents, name)
-        self._obs_field, self._one_hot = _obs_field(obs_space)
-        heads, box = _action_space(act_space)
-        self._action = GymAction(act_space)
-        self._spec = EnvSpec({"obs": self._obs_field}, action_heads=heads, action_box=box,
-                             num_agents=len(self.agents))
+        specs, self._one_hot, self._actions = _agent_spaces(env, self.agents, name)
+        first = specs[0]
+        same = all(s.spaces_equal(first) for s in specs)
+        self._spec = EnvSpec(first.observation_space, first.action_heads, first.action_box,
+                             num_agents=len(self.agents), agent_names=self.agents,
+                             agent_specs=() if same else tuple(specs))
         self._seed = seed
         self._stats = EpisodeStats(len(self.agents), 1)
         self._live = np.zeros(len(self.agents), bool)
@@ -75,8 +80,9 @@ class PettingZooEnv(MultiAgentEnv):
         """Step the live agents with their rows of `actions`; rows of absent agents read as
         inactive (see the module's docstring); reset inside the step when no agent is left."""
         acting = self._live  # replaced, never written in place, below
+        convert = self._actions
         obs, rewards, terms, truncs, infos = self.env.step(
-            {a: self._action(actions[i]) for i, a in enumerate(self.agents) if acting[i]})
+            {a: convert[i](actions[i]) for i, a in enumerate(self.agents) if acting[i]})
         reward = np.array([rewards.get(a, 0.0) for a in self.agents], np.float32)
         terminated = np.array([bool(terms.get(a, False)) for a in self.agents])
         truncated = np.array([bool(truncs.get(a, False)) for a in self.agents])
@@ -111,42 +117,38 @@ class PettingZooEnv(MultiAgentEnv):
         self._stats.clear()
         self._write(obs, obs_out)
 
-    def _write(self, obs: dict[str, Any], obs_out: ObsDict) -> None:
-        """Each live agent's observation into its row; zeros for the others."""
-        rows = obs_out["obs"]
+    def _write(self, obs: dict[str, Any], obs_out: ObsDict | AgentObs) -> None:
+        """Each live agent's observation into its row (a heterogeneous env's: into its own
+        dict); zeros for the others."""
+        rows = [o["obs"] for o in obs_out] if self._spec.agent_specs else obs_out["obs"]
         for i, agent in enumerate(self.agents):
             row = rows[i]
             if not self._live[i] or agent not in obs:
                 row[:] = 0
-            elif self._one_hot:
+            elif self._one_hot[i]:
                 row[:] = 0.0
                 row[int(obs[agent])] = 1.0
             else:
                 np.copyto(row, obs[agent], casting="unsafe")
 
 
-def _shared_spaces(env: Any, agents: tuple[str, ...], name: str) -> tuple[Any, Any]:
-    """The one observation and action space of every agent; `AgentSpacesError` if they differ."""
+def _agent_spaces(env: Any, agents: tuple[str, ...],
+                  name: str) -> tuple[list[EnvSpec], list[bool], list[GymAction]]:
+    """Each agent's spec (one agent's spaces), whether its observation is a one-hot of a
+    Discrete, and its action converter; `AgentSpacesError` for a space that cannot be taken."""
     if not agents:
         raise AgentSpacesError(f"env {name!r} has no agents (its possible_agents is empty)")
-    first = agents[0]
-    for what in ("observation", "action"):
-        space = getattr(env, f"{what}_space")
-        reference = space(first)
-        for agent in agents[1:]:
-            if space(agent) != reference:
-                raise AgentSpacesError(
-                    f"env {name!r}: agent {agent!r} has {what} space {space(agent)}, agent "
-                    f"{first!r} has {reference}; sfbus steps every agent with one spec, so all "
-                    f"must share one {what} space (SuperSuit's pad_observations_v0 and "
-                    "pad_action_space_v0 pad them to one)")
-    obs_space = env.observation_space(first)
-    try:
-        _obs_field(obs_space)
-        _action_space(env.action_space(first))
-    except TypeError as e:
-        raise AgentSpacesError(f"env {name!r}: {e}") from None
-    return obs_space, env.action_space(first)
+    specs, one_hot, convert = [], [], []
+    for agent in agents:
+        try:
+            field, is_one_hot = _obs_field(env.observation_space(agent))
+            heads, box = _action_space(env.action_space(agent))
+        except TypeError as e:
+            raise AgentSpacesError(f"env {name!r}: agent {agent!r}: {e}") from None
+        specs.append(EnvSpec({"obs": field}, action_heads=heads, action_box=box))
+        one_hot.append(is_one_hot)
+        convert.append(GymAction(env.action_space(agent)))
+    return specs, one_hot, convert
 
 
 def resolve(name: str) -> Callable[..., PettingZooEnv]:

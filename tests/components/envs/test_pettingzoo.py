@@ -14,7 +14,7 @@ import numpy as np
 import pettingzoo
 import pytest
 from gymnasium import spaces
-from mpe2 import simple_spread_v3
+from mpe2 import simple_spread_v3, simple_tag_v3
 
 from sfbus_components.envs import UnknownEnvError, make_env
 from sfbus_components.envs.pettingzoo.adapter import AgentSpacesError
@@ -215,20 +215,44 @@ def test_an_aec_env_is_refused() -> None:
         make_env("pettingzoo:mpe2.simple_spread_v3:env")
 
 
-def test_agents_with_different_spaces_are_refused() -> None:
-    # Speaker-listener: the speaker sees 3 numbers and says one of 3 words, the listener sees 11.
-    with pytest.raises(AgentSpacesError, match=r"agent 'listener_0' has observation space "
-                                               r"Box\(-inf, inf, \(11,\), float32\), agent "
-                                               r"'speaker_0' has Box\(-inf, inf, \(3,\)"):
-        make_env("pettingzoo:mpe2.simple_speaker_listener_v4")
+def test_agents_of_different_spaces_make_a_heterogeneous_env() -> None:
+    # Simple Tag: 3 predators see 16 numbers, the prey 14; one array or dict per agent.
+    env = make_env("pettingzoo:mpe2.simple_tag_v3", num_good=1, num_adversaries=3,
+                   num_obstacles=2, max_cycles=10)
+    raw = simple_tag_v3.parallel_env(num_good=1, num_adversaries=3, num_obstacles=2,
+                                     max_cycles=10)
+    spec = env.spec
+    assert spec.heterogeneous and spec.agent_names == tuple(raw.possible_agents)
+    assert [s.observation_space["obs"].shape for s in spec.agent_specs] == [(16,)] * 3 + [(14,)]
+    assert all(s.action_heads == (5,) for s in spec.agent_specs)
+    obs = env.reset(seed=3)
+    raw_obs, _ = raw.reset(seed=3)
+    rng = np.random.default_rng(0)
+    for _ in range(12):  # past an episode's end: the reset inside the step writes per agent too
+        for i, agent in enumerate(raw.possible_agents):
+            np.testing.assert_array_equal(obs[i]["obs"], raw_obs[agent])
+        actions = [rng.integers(5, size=1) for _ in raw.possible_agents]
+        obs, rewards, _, truncated, _ = env.step(actions)
+        raw_obs, raw_rewards, _, raw_truncated, _ = raw.step(
+            {a: int(actions[i][0]) for i, a in enumerate(raw.possible_agents)})
+        if not raw.agents:
+            raw_obs, _ = raw.reset()
+        np.testing.assert_array_equal(rewards, [raw_rewards[a] for a in raw.possible_agents])
+        assert truncated.tolist() == [raw_truncated[a] for a in raw.possible_agents]
+    speaker = make_env("pettingzoo:mpe2.simple_speaker_listener_v4").spec
+    assert [(s.observation_space["obs"].shape, s.action_heads) for s in speaker.agent_specs] \
+        == [((3,), (3,)), ((11,), (5,))]  # the action spaces differ too
 
 
-def test_different_spaces_are_a_located_error_at_validation() -> None:
+def test_a_heterogeneous_env_without_agent_policies_is_a_located_error() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "sfbus", "validate", str(CARTPOLE),
          "--set", "env=pettingzoo:mpe2.simple_speaker_listener_v4"],
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-3000:]
     (line,) = done.stderr.strip().splitlines()  # one line, no traceback
-    assert re.match(r"error: \S+\.yaml:\d+:\d+: actor 'rollout': env 'pettingzoo:", line), line
-    assert "must share one observation space" in line
+    assert re.match(r"error: \S+\.yaml:\d+:\d+: ", line), line
+    assert ("the env's agents differ in observation or action space (speaker_0: observation "
+            "{obs float32 [3]}, actions heads [3]; listener_0: observation {obs float32 [11]}, "
+            "actions heads [5]): map each agent to a policy of its space with agent_policies"
+            ) in line, line
