@@ -99,8 +99,8 @@ class EpisodeFinished(Message, frozen=True):
     true_return: float = float("nan")
     """The env's score without reward shaping (NaN: the env does not shape, see the return)."""
     win: float = float("nan")
-    """A match's outcome: 1.0 when the agent outscored every other agent, else 0.0 (NaN: no
-    match, the env reports no ``episode_win``)."""
+    """A match's outcome: 1.0 when the agent outscored every other agent, else 0.0, or 0.5 for a
+    draw where the env reports draws (NaN: no match, the env reports no ``episode_win``)."""
     opponent: int = -1
     """The policy of the other agent of a 1v1 match (-1: none reported)."""
     extra_stats: tuple[tuple[str, float], ...] = ()
@@ -161,6 +161,15 @@ class PolicyReplaced(Message, frozen=True):
     version: int
     source_version: int
     ok: bool = True
+
+
+class LeagueRatings(Message, frozen=True):
+    """The league's Elo ratings of ``policy`` (:mod:`sfbus_components.league`): the policy as it
+    trains now, and its newest snapshot (NaN: none yet); PBT's ``league_*`` objectives."""
+
+    policy: int
+    rating: float
+    snapshot_rating: float = float("nan")
 
 
 class Figure:

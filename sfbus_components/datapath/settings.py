@@ -44,6 +44,10 @@ class DataPathParams:
     """Base seed; each worker and environment derives its own from it."""
     num_policies: int = 1
     """Policies trained side by side (a population); each has its own learner and batcher."""
+    opponent_slots: int = 0
+    """Frozen opponents beside the trained policies: policy ids ``num_policies ..
+    num_policies + opponent_slots - 1`` that act but never train, served by the inference
+    workers with the weights a league loads into them (:mod:`sfbus_components.league`)."""
     sampling: Literal["non_batched", "batched"] = "non_batched"
     """``batched``: each split's slots are one contiguous block, so the inference worker runs on
     a slice of the buffer with no gather (one policy only, see
@@ -59,21 +63,25 @@ class DataPathParams:
         for name in ("rollout", "num_envs", "num_splits", "batch_size", "num_policies"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.opponent_slots < 0:
+            raise ValueError(f"opponent_slots must be >= 0, got {self.opponent_slots}")
         if self.num_batches_to_accumulate < 0:
             raise ValueError(f"num_batches_to_accumulate must be >= 0, got "
                              f"{self.num_batches_to_accumulate}")
-        if self.num_batches_to_accumulate == 0 and self.num_policies > 1:
+        if self.num_batches_to_accumulate == 0 and self.acting_policies > 1:
             # a policy's batch could wait forever for slots that hold the others' trajectories
-            raise ValueError(f"num_batches_to_accumulate 0 trains one policy, but num_policies "
-                             f"is {self.num_policies}; give each policy's batches room (>= 1)")
+            raise ValueError(f"num_batches_to_accumulate 0 trains one policy, but "
+                             f"{self.acting_policies} act (num_policies + opponent_slots); give "
+                             f"each policy's batches room (>= 1)")
         if not 0 <= self.seed < 2**63:  # what numpy's and torch's generators take
             raise ValueError(f"seed must be >= 0 and below 2**63, got {self.seed}")
         if self.num_envs % self.num_splits:
             raise ValueError(f"num_envs ({self.num_envs}) must be divisible by num_splits "
                              f"({self.num_splits})")
-        if self.sampling == "batched" and self.num_policies > 1:
-            raise ValueError(f"sampling: batched runs one policy per worker, but num_policies is "
-                             f"{self.num_policies}; use sampling: non_batched for a population")
+        if self.sampling == "batched" and self.acting_policies > 1:
+            raise ValueError(f"sampling: batched runs one policy per worker, but "
+                             f"{self.acting_policies} act (num_policies + opponent_slots); use "
+                             f"sampling: non_batched for a population or a league")
         if self.agent_policies and self.num_policies == 1:
             raise ValueError("agent_policies maps agents to policies, but num_policies is 1 "
                              "(every agent acts with policy 0 already)")
@@ -91,6 +99,11 @@ class DataPathParams:
         from sfbus_components.datapath.shared_names import shared_name_notes
 
         return shared_name_notes(topology.document)
+
+    @property
+    def acting_policies(self) -> int:
+        """Policy ids that act: the trained ones, then the opponent slots."""
+        return self.num_policies + self.opponent_slots
 
     @property
     def trajectories_per_batch(self) -> int:

@@ -176,7 +176,9 @@ class InferenceWorker(Actor):
         """Batched sampling: serves requests from slices of the buffers."""
         # The request-table gather knows only the [slot, t] layout; batched never gathers.
         self.rows = [_Rows(buffer) for buffer in buffers] if self.blocks is None else []
-        ids = [p.policy] if data.num_policies == 1 else range(data.num_policies)
+        # A league's opponent slots follow the trained ids: served alike, with the weights the
+        # league loads into them (sfbus_components.league), never trained.
+        ids = [p.policy] if data.acting_policies == 1 else range(data.acting_policies)
         self.served = {i: self._load(i) for i in ids}
         self.policy = self.served[ids[0]].model
         """The (first) served policy's network; None when acting randomly."""

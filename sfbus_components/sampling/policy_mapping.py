@@ -16,7 +16,7 @@ episode boundaries as well, likewise sends each trajectory to a single learner.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -55,13 +55,21 @@ class RoundRobinMapping:
         return (self.worker + env_index + agent_index + episode) % self.num_policies
 
 
-def load_mapping(path: str, num_policies: int, worker: int, seed: int) -> PolicyMapping:
-    """Build the mapping class named ``module:Class``."""
+def load_mapping(path: str, num_policies: int, worker: int, seed: int,
+                 opponent_slots: int = 0, options: dict[str, Any] | None = None) -> PolicyMapping:
+    """Build the mapping class named ``module:Class`` with keyword arguments ``options``, and
+    ``opponent_slots`` when the run has some (a league's mapping, which assigns them)."""
     try:
         cls = import_object(path)
     except ImportPathError as error:
         raise ValueError(f"policy_mapping: {error}") from None
-    mapping = cls(num_policies, worker, seed)
+    kwargs = dict(options or {})
+    if opponent_slots:
+        kwargs["opponent_slots"] = opponent_slots
+    try:
+        mapping = cls(num_policies, worker, seed, **kwargs)
+    except TypeError as error:
+        raise ValueError(f"policy_mapping {path!r} with {kwargs}: {error}") from None
     if not callable(getattr(mapping, "assign", None)):
         raise TypeError(f"policy_mapping {path!r} has no assign(env, agent, episode) method")
     return mapping

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from sfbus import Interval, Seconds
 from sfbus_components.datapath.settings import DataPathParams
@@ -17,6 +18,9 @@ class RolloutParams(DataPathParams):
     policy_mapping: str = "sfbus_components.sampling.policy_mapping:RandomMapping"
     """With ``num_policies`` > 1: the class (``module:Class``) choosing each agent's policy at
     its episode starts (see :mod:`sfbus_components.sampling.policy_mapping`)."""
+    policy_mapping_params: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the mapping class (a league's ``latest_ratio``); with
+    ``opponent_slots`` the worker adds ``opponent_slots``."""
     progress_interval_s: Interval = 1.0
     """Seconds between ``rollout_progress`` reports to the stats actor."""
     inference_timeout_s: Seconds = 3.0

@@ -14,7 +14,9 @@ and sync mode's pause while the learner trains.
 
 With ``num_policies`` > 1 every agent gets a policy at each episode start from the mapping, a
 split sends one request per policy acting in it, and a slot goes to the policy that acted for most
-of its steps (see :mod:`sfbus_components.sampling.policy_mapping`). PBT's reward-shaping
+of its steps (see :mod:`sfbus_components.sampling.policy_mapping`). A league's opponent slots
+(``opponent_slots``, :mod:`sfbus_components.league`) act the same way, but a slot they own goes
+straight back to the pool: their steps are never trained on. PBT's reward-shaping
 coefficients arrive as ``HyperparamsChanged`` and are applied to the envs whose agents act with that
 policy.
 
@@ -60,6 +62,8 @@ class RolloutWorker(TrajectoryWriter):
     component = "rollout"
     Params = RolloutParams
     records = (DataPath,)
+    _frozen_from: int | None = None
+    """The first policy id of a league's opponent slots (None: the run has none)."""
 
     inference_requested = Signal(InferenceRequest, "a split's rows await actions")
     trajectory_ready = Signal(TrajectoryReady, "a slot holds T steps")
@@ -69,7 +73,11 @@ class RolloutWorker(TrajectoryWriter):
     @classmethod
     def shared_arrays(cls, name: str, params: RolloutParams, topology: Topology,
                       records: RunRecords) -> list[ArraySpec]:
-        """The worker's trajectory buffer, request table and slot pool."""
+        """The worker's trajectory buffer, request table and slot pool; the policy mapping is
+        built once here, so that a bad one is an error before anything starts."""
+        if params.acting_policies > 1:
+            load_mapping(params.policy_mapping, params.num_policies, 0, params.seed,
+                         params.opponent_slots, params.policy_mapping_params)
         return records[DataPath].layout.array_specs(name)
 
     async def on_start(self) -> None:
@@ -94,9 +102,8 @@ class RolloutWorker(TrajectoryWriter):
         # Per-agent policy id; with a population the mapping rewrites entries at episode starts.
         self.population: AgentPolicies | None = None
         self.agent_policy = np.full(agents, p.policy, np.int64)
-        if p.num_policies > 1:
-            mapping = load_mapping(p.policy_mapping, p.num_policies, self.worker, p.seed)
-            self.population = AgentPolicies(mapping, p.num_policies, p.num_envs, na, p.num_splits)
+        if p.acting_policies > 1:
+            self.population = self._mapped_policies(na)
             self.agent_policy = self.population.policy
         # Current slot of every agent row (while its split is paused: the slot it just filled).
         self.row_slots = np.zeros(agents, np.int64)
@@ -145,6 +152,15 @@ class RolloutWorker(TrajectoryWriter):
         self._m_free.set(self.pool.free)
         self.every(p.progress_interval_s, self._report_progress)
         self.every(p.inference_timeout_s, self._check_faults)
+
+    def _mapped_policies(self, num_agents: int) -> AgentPolicies:
+        """The agents' policies, assigned by the mapping (more than one policy acts)."""
+        p = self.params
+        mapping = load_mapping(p.policy_mapping, p.num_policies, self.worker, p.seed,
+                               p.opponent_slots, p.policy_mapping_params)
+        # A league's opponent slots (ids from here on) are never trained: their slots go back.
+        self._frozen_from = p.num_policies if p.opponent_slots else None
+        return AgentPolicies(mapping, p.acting_policies, p.num_envs, num_agents, p.num_splits)
 
     async def on_stop(self) -> None:
         """Log the slot audit, close every env and stop their watchdog."""
@@ -225,9 +241,12 @@ class RolloutWorker(TrajectoryWriter):
     def _finish_trajectories(self, split: Split) -> None:
         """Hand the split's full slots to the batcher, take fresh ones when the pool allows."""
         policies = split.finish()
+        slots = split.slots
+        if self._frozen_from is not None and max(policies) >= self._frozen_from:
+            slots, policies = self._release_frozen(slots, policies)
         # stamped with the batcher's epoch: see sfbus_components.datapath.slot_stages
-        epochs = self.faults.stages.submit(split.slots, policies)
-        for full, policy, epoch in zip(split.slots.tolist(), policies, epochs, strict=True):
+        epochs = self.faults.stages.submit(slots, policies)
+        for full, policy, epoch in zip(slots.tolist(), policies, epochs, strict=True):
             self.trajectory_ready.emit(TrajectoryReady(self.worker, full, policy, epoch))
         self.paused.append(split.index)
         if self._first_wait_s > 0:  # the first full trajectories: hold the splits a while
@@ -235,6 +254,16 @@ class RolloutWorker(TrajectoryWriter):
             self._first_wait_s = 0.0
         self._resume_paused()
         self._m_free.set(self.pool.free)
+
+    def _release_frozen(self, slots: np.ndarray, policies: list[int],
+                        ) -> tuple[np.ndarray, list[int]]:
+        """Give the slots a league's frozen opponent owns straight back to the pool (no batcher
+        ever sees them); the others and their policies go on to the batchers."""
+        frozen = np.array(policies) >= self._frozen_from
+        stages = self.faults.stages
+        stages.submit(slots[frozen], [p for p, f in zip(policies, frozen, strict=True) if f])
+        stages.release(tuple(slots[frozen].tolist()))
+        return slots[~frozen], [p for p, f in zip(policies, frozen, strict=True) if not f]
 
     async def _hold(self, seconds: float) -> None:
         """Keep the splits paused for ``seconds`` as they finish their trajectories."""
