@@ -62,14 +62,17 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
             loaded = read_topology(str(directory / "topology.yaml"), tuple(overrides))
             if topology is not None:
                 _check_given_file(directory, os.fspath(topology), tuple(overrides), loaded)
-            _ask_actors(loaded, "check_resume", directory, f"--resume {directory}: ")
         elif topology is None:
             raise BadInput("sfbus run: give a topology file, or --resume RUN_DIR")
         else:
             loaded, overrides, drawn = seeded(os.fspath(topology), tuple(overrides))
+        table = RoutingTable(loaded)
+        if resume:  # the checkpoints against the run records of the settings as resumed
+            _ask_actors(loaded, "check_resume", directory, table.records,
+                        prefix=f"--resume {directory}: ")
         _ask_actors(loaded, "check_limits", RunLimits(max_frames, max_seconds))
         # impossible sizes are bad input: check before starting
-        check_shared_memory(RoutingTable(loaded).array_specs(), free=True)
+        check_shared_memory(table.array_specs(), free=True)
         port = loaded.run.metrics_port if metrics_port is None else metrics_port
         _check_port_free(loaded.run.metrics_host, port)
         if lock is None:  # a new run: its directory is made only now, all checks passed
@@ -102,16 +105,17 @@ STOP_WITH_PARENT_ENV = "SFBUS_STOP_WITH_PARENT"
 gracefully when that process dies, however it dies (SIGKILL included)."""
 
 
-def _ask_actors(topology: Topology, check: str, argument: object, prefix: str = "") -> None:
+def _ask_actors(topology: Topology, check: str, *arguments: object, prefix: str = "") -> None:
     """Every actor whose parameters define ``check`` (``check_limits(limits)``: a setting that
-    needs ``--max-frames``; ``check_resume(run_dir)``: a checkpoint of another model shape) may
-    refuse the run with a ValueError: bad input before anything starts."""
+    needs ``--max-frames``; ``check_resume(run_dir, records)``: a checkpoint of another model
+    shape than the run records say) may refuse the run with a ValueError: bad input before
+    anything starts."""
     for process in topology.processes:
         for actor in process.actors:
             method = getattr(actor.params, check, None)
             if callable(method):
                 try:
-                    method(argument)
+                    method(*arguments)
                 except ValueError as error:
                     raise BadInput(f"{prefix}actor '{actor.name}': {error}") from None
 

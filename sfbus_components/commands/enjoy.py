@@ -1,7 +1,9 @@
 """``sfbus enjoy RUN_DIR``: watch a trained policy play, print its returns, optionally film it.
 
-The run's own topology snapshot (``RUN_DIR/topology.yaml``) says how the policy was trained: the
-learner actor of ``--policy`` carries the env, its arguments and the model config. The newest
+The run's own topology snapshot (``RUN_DIR/topology.yaml``) says how the policy was trained: its
+rollout actor carries the data path (env, its arguments, model config, seed), its learner actors
+the policies trained (a snapshot written before the learner's parameters lost the data path's
+reads the same, from its settings). The newest
 checkpoint of that policy is loaded into a fresh policy, which then plays episodes in one env in
 this process with the evaluator's loop (:mod:`sfbus_components.evaluation.episode_player`): the way
 the rollout and inference workers act, observations through the normalizer in eval mode, RNN state
@@ -25,6 +27,7 @@ import math
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,15 +101,16 @@ def enjoy(args: argparse.Namespace) -> int:
     if video is not None:
         check_writable_file(video, "--video")
     print(f"policy {params.policy} of {run_dir}: {path.name} (version {state['version']}, "
-          f"{state['env_frames']:,} env frames), env {params.env}")
+          f"{state['env_frames']:,} env frames), env {params.data.env}")
     env = make_play_env(params, render=video is not None)
     writer = None
     try:
         policy = build_from_checkpoint(env.spec, params, state)
         if video is not None:
-            render, default_fps = frame_source(env, params.env)
+            render, default_fps = frame_source(env, params.data.env)
             writer = VideoWriter(video, args.fps or default_fps, render)
-        episodes = play(policy, params, env, args.episodes, deterministic=args.deterministic,
+        episodes = play(policy, params.data.state_size, env, args.episodes,
+                        deterministic=args.deterministic,
                         max_steps=args.max_steps, seed=args.seed,
                         on_frame=writer.append if writer else None)
     finally:
@@ -138,24 +142,45 @@ def check_seeds(first: int, count: int) -> None:
         raise EnjoyError(f"{span}: seeds must lie in 0..{MAX_SEED}")
 
 
-def learners(run_dir: Path) -> dict[int, Any]:
-    """The Params of every learner in the run's topology snapshot, by policy id."""
+@dataclass(frozen=True)
+class TrainedPolicy:
+    """One policy of a run, as its topology snapshot trained it."""
+
+    policy: int
+    """The policy's id."""
+    learner: Any
+    """Its learner's ``Params`` (APPO's settings, among them)."""
+    data: Any
+    """The run's data path (``DataPathParams``: env, its arguments, model, seed)."""
+
+
+def learners(run_dir: Path) -> dict[int, TrainedPolicy]:
+    """Every policy a learner trains in the run's topology snapshot, by policy id."""
     snapshot = run_dir / "topology.yaml"
     if not snapshot.is_file():
         raise EnjoyError(f"{run_dir}: not a run directory (no topology.yaml)")
     from sfbus import load_topology
+    from sfbus_components.datapath.record import TrajectoryWriter
+    from sfbus_components.datapath.settings import data_path_params
     from sfbus_components.learning.learner import Learner
 
-    found = {learner.spec.params.policy: learner.spec.params
-             for learner in load_topology(snapshot).actors_of(Learner)}
+    topology = load_topology(snapshot)
+    writers = topology.actors_of(TrajectoryWriter)
+    if len(writers) != 1:
+        raise EnjoyError(f"{snapshot}: the data path takes one rollout actor (a "
+                         f"{TrajectoryWriter.__name__} subclass); it has {len(writers)}")
+    data = data_path_params(writers[0].spec.params)
+    found = {learner.spec.params.policy: TrainedPolicy(learner.spec.params.policy,
+                                                       learner.spec.params, data)
+             for learner in topology.actors_of(Learner)}
     if not found:
         raise EnjoyError(f"{snapshot}: no learner actor "
                          "(class sfbus_components.learning.learner:Learner)")
     return found
 
 
-def learner_params(run_dir: Path, policy: int | None) -> Any:
-    """The Params of the learner of ``policy`` (None: the run's only one)."""
+def learner_params(run_dir: Path, policy: int | None) -> TrainedPolicy:
+    """The policy ``policy`` of the run (None: the run's only one)."""
     found = learners(run_dir)
     known = ", ".join(str(p) for p in sorted(found))
     if policy is None:
@@ -167,7 +192,8 @@ def learner_params(run_dir: Path, policy: int | None) -> Any:
     return found[policy]
 
 
-def read_checkpoint(run_dir: Path, params: Any, checkpoint: str | None) -> tuple[Path, dict]:
+def read_checkpoint(run_dir: Path, params: TrainedPolicy,
+                    checkpoint: str | None) -> tuple[Path, dict]:
     """The checkpoint to play and its state: the file ``checkpoint``, the policy's best
     (``"best"``, see :mod:`sfbus_components.learning.checkpoint_schedule`), or its newest (None)."""
     from sfbus_components.learning.checkpoint import (
@@ -178,7 +204,7 @@ def read_checkpoint(run_dir: Path, params: Any, checkpoint: str | None) -> tuple
         load_newest,
     )
 
-    config = config_fingerprint(params.env, params.model)
+    config = config_fingerprint(params.data.env, params.data.model)
     try:
         folder = run_dir / "checkpoints" / f"policy_{params.policy}"
         if checkpoint == "best":
@@ -206,20 +232,21 @@ def read_checkpoint(run_dir: Path, params: Any, checkpoint: str | None) -> tuple
     return found
 
 
-def build_from_checkpoint(spec: Any, params: Any, state: dict) -> Any:
+def build_from_checkpoint(spec: Any, params: TrainedPolicy, state: dict) -> Any:
     """The policy for env ``spec`` with the checkpoint's weights, ready for inference."""
     from sfbus_components.models.policy import Policy
 
-    policy = Policy(spec, params.model)  # from the env at hand: no second env just to read its spec
+    # from the env at hand: no second env just to read its spec
+    policy = Policy(spec, params.data.model)
     policy.load_state_dict(state["policy"])
     return policy.prepare_for_inference()
 
 
-def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bool = False,
-         max_steps: int | None = None, seed: int | None = None,
+def play(policy: Any, state_size: int, env: Any, episodes: int, *,
+         deterministic: bool = False, max_steps: int | None = None, seed: int | None = None,
          on_frame: Callable[[], None] | None = None) -> list[Episode]:
-    """Play until ``episodes`` agent-episodes end: return, length, the env's unshaped score
-    (true return) and whether ``max_steps`` cut it.
+    """Play until ``episodes`` agent-episodes end, the RNN state ``state_size`` wide: return,
+    length, the env's unshaped score (true return) and whether ``max_steps`` cut it.
 
     ``on_frame`` is called before every step (the frame the agent is about to act on).
     """
@@ -227,7 +254,7 @@ def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bo
 
     from sfbus_components.evaluation.episode_player import EpisodePlayer
 
-    player = EpisodePlayer(env, params.state_size, deterministic, max_steps=max_steps,
+    player = EpisodePlayer(env, state_size, deterministic, max_steps=max_steps,
                            before_step=on_frame)
     agents = env.spec.num_agents
     threads = torch.get_num_threads()
@@ -240,19 +267,20 @@ def play(policy: Any, params: Any, env: Any, episodes: int, *, deterministic: bo
     return player.episodes[:episodes]
 
 
-def make_play_env(params: Any, *, render: bool) -> Any:
+def make_play_env(params: TrainedPolicy, *, render: bool) -> Any:
     """The env the policy of ``params`` trained on (``render``: with frames for a video)."""
     from sfbus_components.envs import make_env
     from sfbus_components.envs.action_bounds import bound_actions
 
-    kwargs = dict(params.env_kwargs)
-    if render and params.env.startswith(("gym:", "mujoco_")):
+    data = params.data
+    kwargs = dict(data.env_kwargs)
+    if render and data.env.startswith(("gym:", "mujoco_")):
         kwargs.setdefault("render_mode", "rgb_array")
         # gymnasium draws with pygame, whose SDL would look for a display and complain on stderr;
         # MuJoCo with GLFW, which needs one (a fatal error without): EGL renders headless.
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         os.environ.setdefault("MUJOCO_GL", "egl")
-    return bound_actions(make_env(params.env, **kwargs), params.model.action_bounds)
+    return bound_actions(make_env(data.env, **kwargs), data.model.action_bounds)
 
 
 def frame_source(env: Any, name: str) -> tuple[Callable[[], Any], float]:

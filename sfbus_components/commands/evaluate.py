@@ -115,7 +115,7 @@ def evaluate(params: Any, state: dict, *, episodes: int, envs: int, deterministi
     torch.set_num_threads(1)  # batches of a few rows: more threads only contend for the cores
     try:
         policy = build_from_checkpoint(played[0].spec, params, state)
-        runner = SeededEpisodes(played, policy, params.state_size,
+        runner = SeededEpisodes(played, policy, params.data.state_size,
                                 deterministic=deterministic, first_seed=first_seed)
         # tqdm shows itself only on a terminal (disable=None): logs and pipes stay clean
         with tqdm(total=episodes, desc=f"policy {params.policy}", unit="episode",

@@ -86,7 +86,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         spec = env.spec
     finally:
         env.close()
-    policy = Policy(spec, params.model)
+    policy = Policy(spec, params.data.model)
     policy.load_state_dict(state["policy"])
     try:
         names = export_onnx(policy, spec, out, state.get("returns_normalizer"))

@@ -139,9 +139,9 @@ def write_run_dir(experiment: Experiment, run_dir: Path,
     snapshot.write_text(yaml.safe_dump(document, sort_keys=False))
     params = learner_params(run_dir, None)
     state = _training_state(experiment, spec, params, image)
+    fingerprint = config_fingerprint(params.data.env, params.data.model)
     path = save_checkpoint(run_dir / "checkpoints" / f"policy_{params.policy}",
-                           {**state, "config": config_fingerprint(params.env, params.model)},
-                           state["version"], keep=1)
+                           {**state, "config": fingerprint}, state["version"], keep=1)
     # `sfbus run --resume` takes a directory with a run's manifest; the resumed run writes its
     # own over this placeholder (which names no shared arrays: none exist yet)
     (run_dir / "run.json").write_text(json.dumps(
@@ -244,18 +244,18 @@ def _training_state(experiment: Experiment, spec: Any, params: Any,
     from sfbus_components.learning.training_state import TrainingState
     from sfbus_components.models.policy import Policy
 
-    policy = Policy(spec, params.model)
+    policy = Policy(spec, params.data.model)
     weights, returns = convert_state(experiment.state["model"], policy.state_dict(), image_keys,
                                      experiment.checkpoint)
     policy.load_state_dict(weights)
-    training = TrainingState(policy, params.appo, seed=params.seed or 0)
+    training = TrainingState(policy, params.learner.appo, seed=params.data.seed)
     if training.returns_normalizer is not None and returns is not None:
         training.returns_normalizer.load_state_dict(returns)
     train_steps = int(experiment.state.get("train_step", 0))
     training.version = train_steps + 1  # sfbus's first weights are version 1
     training.train_steps = train_steps
     training.env_frames = int(experiment.state.get("env_steps", 0))
-    training.samples = training.env_frames // max(1, params.env_kwargs.get("frameskip", 1))
+    training.samples = training.env_frames // max(1, params.data.env_kwargs.get("frameskip", 1))
     return training.state_dict()
 
 

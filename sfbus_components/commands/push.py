@@ -100,9 +100,9 @@ def _build_folder(folder: Path, run_dir: Path, repo: str, params: Any, path: Pat
                     deterministic=False, first_seed=0)
     returns = [r.episode_return for r in rows]
     info = {
-        "repo": repo, "env": params.env, "policy": params.policy,
+        "repo": repo, "env": params.data.env, "policy": params.policy,
         "checkpoint": f"checkpoints/policy_{params.policy}/{path.name}",
-        "version": state["version"], "env_frames": state["env_frames"], "seed": params.seed,
+        "version": state["version"], "env_frames": state["env_frames"], "seed": params.data.seed,
         "max_frames": _max_frames(run_dir, state["env_frames"]),
         "mean_reward": statistics.fmean(returns),
         "std_reward": statistics.pstdev(returns), "episodes": len(rows),
@@ -167,10 +167,10 @@ def _film(params: Any, state: dict, video: Path) -> None:
     """One episode of the checkpoint ``state`` into ``video``, as ``sfbus enjoy --video``."""
     env = make_play_env(params, render=True)
     try:
-        render, fps = frame_source(env, params.env)
+        render, fps = frame_source(env, params.data.env)
         writer = VideoWriter(video, fps, render)
         try:
-            play(build_from_checkpoint(env.spec, params, state), params, env, 1,
+            play(build_from_checkpoint(env.spec, params, state), params.data.state_size, env, 1,
                  max_steps=_VIDEO_MAX_STEPS, seed=0, on_frame=writer.append)
         finally:
             writer.close()

@@ -21,6 +21,7 @@ from sfbus_components.algo import appo_loss, gae_targets
 from sfbus_components.algo.lr_schedule import LrSchedule
 from sfbus_components.algo.trajectories import Trajectories
 from sfbus_components.datapath.messages import TRAINING_FIGURES
+from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.envs import EnvSpec
 from sfbus_components.learning.distributed import Peers
 from sfbus_components.learning.faults import NumericsGuard
@@ -35,15 +36,19 @@ _IMAGE_STAT_STRIDE = 8
 class AppoUpdate:
     """APPO epochs over one batch at a time, on ``training``; ``population`` says which steps
     count, ``numerics`` keeps and puts back the last good state; ``spec`` gives the env's
-    frameskip and reward scale. The learning rate follows ``appo.lr_schedule``."""
+    frameskip and reward scale, ``data`` the run's T and whether observations are normalized.
+    The learning rate follows ``appo.lr_schedule``."""
 
     def __init__(self, training: TrainingState, population: PopulationMember,
-                 numerics: NumericsGuard, spec: EnvSpec, max_frames: int | None = None) -> None:
+                 numerics: NumericsGuard, spec: EnvSpec, data: DataPathParams,
+                 max_frames: int | None = None) -> None:
         self.training = training
         self.population = population
         self.numerics = numerics
         self.frameskip = spec.frameskip
         self.env_reward_scale = spec.reward_scale
+        self.rollout = data.rollout
+        self.normalize_input = data.model.normalize_input
         self.max_frames = max_frames
         """The run's --max-frames, which ``lr_schedule: linear_decay`` decays over."""
 
@@ -92,7 +97,7 @@ class AppoUpdate:
         # their smallest, largest); NaN where every step was skipped
         result: dict[str, Any] = {
             k: _reduce(k)([f[k] for f in figures]) for k in (figures[0] if figures else ())}
-        result.update(self._running_figures(params), memory=process_memory_mb(),
+        result.update(self._running_figures(), memory=process_memory_mb(),
                       gpu_memory=gpu_memory_mb(t.device))
         own_lags = lag[valids]  # the steps of this policy, those lagging too much included
         low, median, p90 = (own_lags.quantile(torch.tensor([0.0, 0.5, 0.9], device=lag.device))
@@ -112,13 +117,13 @@ class AppoUpdate:
         and GAE's targets (V-trace off)."""
         cfg, t = params.appo, self.training
         obs, stats = batch["obs"], t.policy.obs_normalizer.stats
-        if params.model.normalize_input:
+        if self.normalize_input:
             # Once per batch over steps 0..T-1 (step T reappears as step 0 of the next slot).
             # Images: every 8th step. Per-pixel moments over a whole batch took ~0.5 s, a third
             # of a training step here, and a running mean needs no 30k frames per batch.
             for key, rms in stats.items():
                 stride = 1 if obs[key].is_floating_point() else _IMAGE_STAT_STRIDE
-                rms.update(obs[key][:, : params.rollout : stride])
+                rms.update(obs[key][:, : self.rollout : stride])
         # Always through the normalizer, as inference does: without updates its statistics stay
         # at mean 0, variance 1 (images then come out as x / 255). Images come out in the
         # encoder's compute dtype, so it has no cast of its own to make.
@@ -166,11 +171,11 @@ class AppoUpdate:
         t.optimizer.step()
         return figures, float(grad_norm)
 
-    def _running_figures(self, params: LearnerParams) -> dict[str, float]:
+    def _running_figures(self) -> dict[str, float]:
         """The observation and returns statistics (where kept), each averaged over its
         elements, as Sample Factory's ``obs_running_mean`` and the like report them."""
         t, parts = self.training, {}
-        stats = list(t.policy.obs_normalizer.stats.values()) if params.model.normalize_input else []
+        stats = list(t.policy.obs_normalizer.stats.values()) if self.normalize_input else []
         if stats:
             parts["obs_running_mean"] = torch.cat([s.mean.flatten() for s in stats]).mean()
             parts["obs_running_std"] = torch.cat([s.var.flatten() for s in stats]).sqrt().mean()

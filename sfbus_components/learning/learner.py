@@ -14,7 +14,8 @@ learner owns its population role as a
 :class:`~sfbus_components.learning.population_member.PopulationMember` and its fault handling as a
 :class:`~sfbus_components.learning.faults.NumericsGuard`, both over that state.
 
-Trajectory length and batch size are the data path's (``rollout``, ``batch_size``); observation
+Env, model, trajectory length, batch size, mode and seed are the data path's, read from the run
+record (``context.records[DataPath].params``) like every actor's but the rollout's; observation
 statistics are updated iff ``model.normalize_input``, and observations always go through the
 policy's ``ObsNormalizer``, as in inference: vectors by their running statistics, uint8 images per
 pixel.
@@ -52,7 +53,7 @@ from sfbus_components.datapath.messages import (
     WeightsUpdated,
 )
 from sfbus_components.datapath.record import DataPath
-from sfbus_components.datapath.settings import build_policy
+from sfbus_components.datapath.settings import DataPathParams, build_policy
 from sfbus_components.datapath.slot_stages import LearnerSlots
 from sfbus_components.envs import env_spec
 from sfbus_components.learning.appo_update import AppoUpdate
@@ -87,6 +88,8 @@ class Learner(Actor):
     training_stats = Signal(TrainingStats, "losses and health figures of one training step")
     policy_replaced = Signal(PolicyReplaced, "this learner now trains a copy of another policy")
 
+    data: DataPathParams
+    """The run's data path: env, model, T, batch size, mode, seed (from ``build``)."""
     training: TrainingState
     """Policy, optimizer, normalizers and counters (from ``build``)."""
     population: PopulationMember
@@ -108,20 +111,26 @@ class Learner(Actor):
     @classmethod
     def shared_arrays(cls, name: str, params: Any, topology: Topology,
                       records: RunRecords) -> list[ArraySpec]:
-        """The policy's published weights and their version counter."""
-        check_supported(params.num_policies)
-        return policy_array_specs(params.policy, records[DataPath].weights_size(params.policy))
+        """The policy's published weights and their version counter; refuses APPO settings the
+        run's data path cannot feed (before anything starts, at the learner's place in the
+        file)."""
+        data = records[DataPath]
+        check_supported(data.params.num_policies)
+        params.check_data_path(data.params)
+        return policy_array_specs(params.policy, data.weights_size(params.policy))
 
     # ----- setup ---------------------------------------------------------------------------
 
-    def build(self, device: torch.device | str = "cpu") -> None:
+    def build(self, device: torch.device | str = "cpu", data: DataPathParams | None = None) -> None:
         """Create the training state on ``device``, the PBT role and the numerics guard over
-        it; no shared memory."""
+        it, for the data path ``data`` (None: the run record's); no shared memory."""
         p = self.params
+        self.data = self.context.records[DataPath].params if data is None else data
+        p.check_data_path(self.data)
         torch.set_num_threads(p.torch_threads)
         keep_freed_memory()
-        self.spec = env_spec(p.env, **p.env_kwargs)
-        self.training = TrainingState(build_policy(p), p.appo, p.seed, device)
+        self.spec = env_spec(self.data.env, **self.data.env_kwargs)
+        self.training = TrainingState(build_policy(self.data), p.appo, self.data.seed, device)
         if self.training.device.type == "cpu":
             self.training.policy.model.sequence_threads = p.sequence_threads
         run_dir = None if self.context is None else self.context.run_dir
@@ -135,9 +144,9 @@ class Learner(Actor):
             p.check_limits(self.context.limits)
         if p.appo.exploration_loss == "symmetric_kl" and self.spec.is_continuous:
             raise ValueError(f"{self.name}: appo.exploration_loss symmetric_kl needs categorical "
-                             f"actions; env {p.env!r} has continuous ones (use entropy)")
+                             f"actions; env {self.data.env!r} has continuous ones (use entropy)")
         self.update = AppoUpdate(self.training, self.population, self._numerics,
-                                 self.spec, max_frames)
+                                 self.spec, self.data, max_frames)
 
     async def on_start(self) -> None:
         """Build, attach the workers' buffers, resume from a checkpoint, publish, say idle."""
@@ -147,10 +156,11 @@ class Learner(Actor):
         self.log.info("%s: policy %d trains on %s", self.name, p.policy,
                       describe_device(self.training.device))
         data_path = self.context.records[DataPath]
+        rollout = self.data.rollout
         self.batches = BatchCopy(
             [TrajectoryBuffer(self.context, w, data_path.layout) for w in data_path.workers],
-            p.rollout, p.state_size, pin=self.training.device.type == "cuda",
-            every_state=0 < p.appo.recurrence < p.rollout or not p.appo.with_vtrace)
+            rollout, self.data.state_size, pin=self.training.device.type == "cuda",
+            every_state=0 < p.appo.recurrence < rollout or not p.appo.with_vtrace)
         self._slot_stages = LearnerSlots(self.context, data_path.workers, self.log)
         self.weights = PolicyWeights(self.context, p.policy)
         if self.context.run_dir is not None:
@@ -196,11 +206,10 @@ class Learner(Actor):
     async def _learn(self, msg: BatchReady) -> None:
         """Copy the batch out, release its slots (async: at once; sync: after training, also when
         it fails), train, publish, report, checkpoint when due."""
-        p = self.params
         batch, groups = self.batches.copy(msg)
         to_release = groups
         try:
-            if p.mode == "async":
+            if self.data.mode == "async":
                 self._release(to_release)
                 to_release = {}
             # Dropped: a restarted worker already refills one of its slots
@@ -260,7 +269,7 @@ class Learner(Actor):
 
     def config_fingerprint(self) -> dict[str, Any]:
         """What a checkpoint must match to be resumed (see ``checkpoint.config_fingerprint``)."""
-        return config_fingerprint(self.params.env, self.params.model)
+        return config_fingerprint(self.data.env, self.data.model)
 
     def state(self) -> dict[str, Any]:
         """Everything a checkpoint holds: the training state (CPU tensors), the configuration's

@@ -1,6 +1,10 @@
-"""The learner's parameters: the data path's settings plus APPO's and the learner's own, each
-checked where it is parsed (``sfbus run`` asks ``check_resume`` and ``check_limits`` before anything
-starts)."""
+"""The learner's parameters: APPO's and the learner's own knobs, each checked where it is parsed.
+
+The data path's settings (env, model, T, batch size, mode, seed) are not among them: the learner
+reads them from the run record (``context.records[DataPath].params``), as every actor but the
+rollout actor does. What needs both is checked before anything starts: ``check_data_path`` from
+the learner's ``shared_arrays`` hook (``sfbus validate`` and ``run``, a located error),
+``check_resume`` and ``check_limits`` when ``sfbus run`` asks."""
 
 from __future__ import annotations
 
@@ -8,16 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from sfbus import RunLimits, Seconds
+from sfbus import RunLimits, RunRecords, Seconds
 from sfbus_components.algo import AppoConfig
+from sfbus_components.datapath.record import DataPath
 from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.learning.checkpoint import CheckpointError, config_fingerprint, load_newest
 from sfbus_components.models.device import check_device
 
 
 @dataclass(frozen=True)
-class LearnerParams(DataPathParams):
-    """The learner's parameters (``Learner.Params``): the data path's settings plus its own."""
+class LearnerParams:
+    """The learner's parameters (``Learner.Params``): its own knobs; the data path's settings are
+    the run record's."""
 
     policy: int = 0
     """Policy id this learner trains."""
@@ -64,30 +70,34 @@ class LearnerParams(DataPathParams):
     ``i mod n`` (:mod:`sfbus_components.models.device`)."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         check_device(self.device)
         for name in ("torch_threads", "sequence_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0 < self.reward_scale <= 1e6:
             raise ValueError(f"reward_scale must be > 0 and <= 1e6, got {self.reward_scale}")
+
+    def check_data_path(self, data: DataPathParams) -> None:
+        """Refuse APPO settings the run's data path ``data`` cannot feed (a ValueError)."""
         # Minibatches are whole trajectories: with fewer than one each, some would be empty
         # and every training step would fail at run time.
-        if self.appo.recurrence and self.rollout % self.appo.recurrence:
+        if self.appo.recurrence and data.rollout % self.appo.recurrence:
             raise ValueError(f"appo.recurrence ({self.appo.recurrence}) must divide the "
-                             f"rollout ({self.rollout})")
-        if self.appo.num_batches_per_epoch > self.trajectories_per_batch:
+                             f"rollout ({data.rollout})")
+        if self.appo.num_batches_per_epoch > data.trajectories_per_batch:
             raise ValueError(
                 f"appo.num_batches_per_epoch ({self.appo.num_batches_per_epoch}) exceeds the "
-                f"trajectories of a batch (batch_size {self.batch_size} / rollout "
-                f"{self.rollout} = {self.trajectories_per_batch}); every minibatch needs one")
+                f"trajectories of a batch (batch_size {data.batch_size} / rollout "
+                f"{data.rollout} = {data.trajectories_per_batch}); every minibatch needs one")
 
-    def check_resume(self, run_dir: Path) -> None:
+    def check_resume(self, run_dir: Path, records: RunRecords) -> None:
         """Refuse a ``--resume`` whose newest checkpoint of this policy was saved with
-        another env or model (``sfbus run`` asks before anything starts)."""
+        another env or model than the run's data path (``sfbus run`` asks before anything
+        starts)."""
+        data = records[DataPath].params
         folder = Path(run_dir, "checkpoints", f"policy_{self.policy}")
         try:
-            load_newest(folder, config_fingerprint(self.env, self.model))
+            load_newest(folder, config_fingerprint(data.env, data.model))
         except CheckpointError as error:
             raise ValueError(str(error)) from None
 

@@ -273,10 +273,13 @@ def test_recurrence_runs_pieces_from_the_stored_states():
 
 
 def test_recurrence_must_divide_the_rollout():
+    from sfbus_components.datapath.settings import DataPathParams
     from sfbus_components.learning.learner import Learner
 
-    with pytest.raises(ValueError, match="recurrence"):
-        Learner.Params(env="gym:CartPole-v1", rollout=32, appo=AppoConfig(recurrence=5))
+    params = Learner.Params(appo=AppoConfig(recurrence=5))
+    with pytest.raises(ValueError, match=r"appo.recurrence \(5\) must divide the rollout \(32\)"):
+        params.check_data_path(DataPathParams(env="gym:CartPole-v1", rollout=32))
+    params.check_data_path(DataPathParams(env="gym:CartPole-v1", rollout=35, batch_size=35 * 64))
 
 
 def test_linear_decay_without_max_frames_is_refused_before_anything_starts(tmp_path):

@@ -17,6 +17,7 @@ from PIL import Image
 from sfbus.cli import main
 from sfbus.topology import load_topology
 from sfbus_components.commands.enjoy import play
+from sfbus_components.datapath.record import TrajectoryWriter
 from sfbus_components.datapath.settings import build_policy
 from sfbus_components.envs import EnvSpec, MultiAgentEnv, ObsField, make_env
 from sfbus_components.learning.checkpoint import config_fingerprint, save_checkpoint
@@ -32,13 +33,15 @@ def make_run(run_dir: Path, topology_file: str, overrides: tuple[str, ...] = ())
     topology = load_topology(ROOT / "topologies" / topology_file, overrides)
     run_dir.mkdir()
     (run_dir / "topology.yaml").write_text(yaml.safe_dump(topology.document, sort_keys=False))
-    params = next(a.params for p in topology.processes for a in p.actors
+    policy = next(a.params.policy for p in topology.processes for a in p.actors
                   if a.class_path == "sfbus_components.learning.learner:Learner")
+    [rollout] = topology.actors_of(TrajectoryWriter)  # the data path: env and model
+    data = rollout.spec.params
     torch.manual_seed(0)
-    state = {"policy": build_policy(params).state_dict(), "optimizer": {}, "version": 7,
+    state = {"policy": build_policy(data).state_dict(), "optimizer": {}, "version": 7,
              "env_frames": 1234, "train_steps": 6, "samples": 1234,
-             "config": config_fingerprint(params.env, params.model)}
-    save_checkpoint(run_dir / "checkpoints" / f"policy_{params.policy}", state, 7, keep=1)
+             "config": config_fingerprint(data.env, data.model)}
+    save_checkpoint(run_dir / "checkpoints" / f"policy_{policy}", state, 7, keep=1)
     return run_dir
 
 
@@ -210,7 +213,7 @@ class CountingPolicy:
 
 def test_rnn_state_is_zeroed_after_each_agents_episode():
     policy = CountingPolicy()
-    played = play(policy, SimpleNamespace(state_size=2), CountingEnv((2, 3)), 4)
+    played = play(policy, 2, CountingEnv((2, 3)), 4)
     assert [(e.episode_return, e.length, e.cut) for e in played] == [
         (2.0, 2, False), (3.0, 3, False), (2.0, 2, False), (2.0, 2, False)]
     # agent 0 restarts every 2 steps, agent 1 every 3: the state entering each step counts the
@@ -220,7 +223,7 @@ def test_rnn_state_is_zeroed_after_each_agents_episode():
 
 def test_max_steps_cuts_and_restarts_the_episode():
     policy = CountingPolicy()
-    played = play(policy, SimpleNamespace(state_size=1), CountingEnv((5,)), 2, max_steps=3)
+    played = play(policy, 1, CountingEnv((5,)), 2, max_steps=3)
     assert [(e.episode_return, e.length, e.cut) for e in played] == [(3.0, 3, True), (3.0, 3, True)]
     assert [s.item() for s in policy.seen] == [0, 1, 2, 0, 1, 2]
 

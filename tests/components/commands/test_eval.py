@@ -44,12 +44,11 @@ def test_rows_are_the_episodes_of_their_seeds(cartpole_run, tmp_path, capsys):
     assert [int(r["seed"]) for r in episodes] == [100, 101, 102, 103, 104]
     assert {r["agent"] for r in episodes} == {"0"} and {r["true_return"] for r in rows} == {""}
     # each row is what its seed gives when played alone, through enjoy's loop
-    params = SimpleNamespace(state_size=0)
     policy = build_policy_from(cartpole_run)
     for row in episodes:
         env = make_env("gym:CartPole-v1")
         try:
-            (alone,) = play(policy, params, env, 1, deterministic=True, seed=int(row["seed"]))
+            (alone,) = play(policy, 0, env, 1, deterministic=True, seed=int(row["seed"]))
         finally:
             env.close()
         assert (float(row["return"]), int(row["length"])) == (alone[0], alone[1])
@@ -109,7 +108,7 @@ def build_policy_from(run_dir: Path):
 
     params = learners(run_dir)[0]
     _, state = read_checkpoint(run_dir, params, None)
-    env = make_env(params.env)
+    env = make_env(params.data.env)
     try:
         return build_from_checkpoint(env.spec, params, state)
     finally:

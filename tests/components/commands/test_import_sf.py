@@ -62,7 +62,7 @@ def load_policy(run_dir: Path) -> tuple[Policy, ReturnsNormalizer, dict]:
     """The imported policy as enjoy loads it, its returns normalizer and its checkpoint."""
     params = learner_params(run_dir, None)
     _, state = read_checkpoint(run_dir, params, None)
-    policy = Policy(env_spec(params.env, **params.env_kwargs), params.model)
+    policy = Policy(env_spec(params.data.env, **params.data.env_kwargs), params.data.model)
     policy.load_state_dict(state["policy"])
     returns = ReturnsNormalizer()
     returns.load_state_dict(state["returns_normalizer"])

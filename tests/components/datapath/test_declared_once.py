@@ -7,10 +7,14 @@ import dataclasses
 import importlib
 import inspect
 import pkgutil
+import re
 from pathlib import Path
+
+import pytest
 
 import sfbus_components
 from sfbus import Actor
+from sfbus.cli import main
 from sfbus.routing import RoutingTable
 from sfbus.topology import load_topology
 from sfbus_components.datapath.record import DataPath, TrajectoryWriter
@@ -18,14 +22,6 @@ from sfbus_components.datapath.settings import DataPathParams
 
 TOPOLOGIES = Path(__file__).parents[3] / "topologies"
 DATA_PATH = frozenset(f.name for f in dataclasses.fields(DataPathParams))
-STILL_INHERITED = {
-    # Left open: its checks before start (recurrence, minibatches), check_resume and the
-    # commands that read a run's env and model from the learner's parameters (enjoy, eval,
-    # export, push, import-sf) still take them from there.
-    "sfbus_components.learning.learner:Learner": DATA_PATH,
-}
-"""Actors other than the rollout actor that still repeat data-path fields, and which."""
-
 
 def actor_classes() -> dict[str, type[Actor]]:
     """Every actor class defined in sfbus_components, by import path."""
@@ -47,7 +43,7 @@ def test_only_the_rollout_actor_declares_the_data_path() -> None:
         if issubclass(cls, TrajectoryWriter) or not dataclasses.is_dataclass(cls.Params):
             continue
         fields = {f.name for f in dataclasses.fields(cls.Params)} & DATA_PATH
-        if not fields <= STILL_INHERITED.get(path, frozenset()):
+        if fields:
             repeated[path] = sorted(fields)
     assert not repeated, f"actors whose Params repeat the data path's fields (read them from " \
                          f"context.records[DataPath].params instead): {repeated}"
@@ -61,3 +57,17 @@ def test_the_record_carries_the_settings_as_the_rollout_actor_reads_them() -> No
                                               for name in DATA_PATH})
     assert (record.params.env, record.params.batch_size, record.params.num_envs,
             record.params.trajectories_per_batch) == ("gym:CartPole-v1", 1024, 4, 32)
+
+
+def test_the_learners_checks_against_the_data_path_are_located_errors(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # APPO's settings (the learner's) against T and the batch (the rollout actor's): refused by
+    # `sfbus validate` at the learner's place in the file, exit 2, one line
+    assert main(["validate", str(TOPOLOGIES / "cartpole.yaml"), "--set",
+                 "appo.recurrence=5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert re.fullmatch(r"error: \S+/topologies/appo\.yaml:\d+:\d+: actor 'learner': "
+                        r"appo\.recurrence \(5\) must divide the rollout \(32\)\n", err), err
+    assert main(["validate", str(TOPOLOGIES / "cartpole.yaml"), "--set",
+                 "appo.recurrence=8"]) == 0

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from sfbus_components.algo import AppoConfig
+from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.learning import checkpoint
 from sfbus_components.learning.checkpoint import (
     CheckpointError,
@@ -126,13 +127,12 @@ def test_a_mismatched_configuration_is_refused(tmp_path):
 
 def make_learner() -> Learner:
     """A small GRU learner on CartPole's shapes with normalizers and shuffled minibatches."""
-    params = Learner.Params(
-        env="gym:CartPole-v1", rollout=T, num_envs=4, batch_size=64,
-        model=ModelConfig(core="gru", core_size=16, mlp_layers=(16,)),
-        appo=AppoConfig(lr=1e-3, num_batches_per_epoch=2, num_epochs=2),
-        reward_scale=0.1, seed=3, device="cpu")
+    data = DataPathParams(env="gym:CartPole-v1", rollout=T, num_envs=4, batch_size=64,
+                          model=ModelConfig(core="gru", core_size=16, mlp_layers=(16,)), seed=3)
+    params = Learner.Params(appo=AppoConfig(lr=1e-3, num_batches_per_epoch=2, num_epochs=2),
+                            reward_scale=0.1, device="cpu")
     learner = Learner("learner", params)
-    learner.build()
+    learner.build(data=data)
     return learner
 
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from sfbus import Actor, Signal, slot
+from sfbus import Actor, Signal, TopologyError, slot
+from sfbus.routing import RoutingTable
 from sfbus.topology.model import ActorSpec, ConnectionSpec, ProcessSpec, Topology
 from sfbus_components.algo import AppoConfig
 from sfbus_components.datapath.buffers import STEP_FIELDS, PolicyWeights, TrajectoryBuffer
@@ -116,7 +117,7 @@ def learner_topology(mode: str = "async", learner: dict | None = None,
     like the real data path."""
     settings = {**SETTINGS, **settings, "mode": mode}
     data = DataPathParams(**settings)
-    params = Learner.Params(**settings, appo=APPO, **{"device": "cpu", **(learner or {})})
+    params = Learner.Params(**{"appo": APPO, "device": "cpu", **(learner or {})})
     path = "tests.components.learning.test_learner"
     return Topology("learner", "<test>", (
         ProcessSpec("rollout", (ActorSpec("rollout", f"{path}:FakeRollout", data),), replicas=2),
@@ -201,9 +202,12 @@ async def test_async_releases_before_training_and_publishes(transport, device):
 
 def test_more_minibatches_than_trajectories_is_refused_at_validation():
     # 64 / 8 = 8 trajectories: a 9th minibatch would be empty and every training step would fail
-    with pytest.raises(ValueError, match=r"num_batches_per_epoch \(9\) exceeds .* = 8\)"):
-        Learner.Params(**SETTINGS, appo=replace(APPO, num_batches_per_epoch=9))
-    Learner.Params(**SETTINGS, appo=replace(APPO, num_batches_per_epoch=8))
+    too_many = learner_topology(learner={"appo": replace(APPO, num_batches_per_epoch=9)})
+    with pytest.raises(TopologyError, match=r"actor 'learner': appo.num_batches_per_epoch \(9\) "
+                                            r"exceeds .* = 8\); every minibatch needs one"):
+        RoutingTable(too_many).array_specs()
+    RoutingTable(learner_topology(learner={"appo": replace(APPO, num_batches_per_epoch=8)})
+                 ).array_specs()
 
 
 async def test_sync_releases_after_publishing():
@@ -300,11 +304,10 @@ async def test_mismatched_model_refuses_to_resume(tmp_path):
 
 def bandit_learner(device: str = "cpu", **appo: object) -> Learner:
     """A learner on CartPole's shapes with no core, raw inputs, and a fast learning rate."""
-    params = Learner.Params(**{**SETTINGS, "model": ModelConfig(
-        core="none", mlp_layers=(16,), normalize_input=False)},
-        appo=replace(APPO, lr=3e-3, **appo), seed=1)
-    learner = Learner("learner", params)
-    learner.build(torch.device(device))
+    data = DataPathParams(**{**SETTINGS, "model": ModelConfig(
+        core="none", mlp_layers=(16,), normalize_input=False)}, seed=1)
+    learner = Learner("learner", Learner.Params(appo=replace(APPO, lr=3e-3, **appo)))
+    learner.build(torch.device(device), data)
     return learner
 
 

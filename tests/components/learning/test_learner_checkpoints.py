@@ -15,8 +15,8 @@ from sfbus_components.learning.checkpoint import list_checkpoints, load_checkpoi
 from sfbus_components.learning.checkpoint_schedule import BEST_EPISODES, LearnerCheckpoints
 from sfbus_components.learning.learner import Learner
 
-PARAMS = Learner.Params(env="gym:CartPole-v1", checkpoint_every_s=60.0, keep_checkpoints=2,
-                        save_best_after=1000, save_best_every_s=5.0, save_milestones_s=0.0)
+PARAMS = Learner.Params(checkpoint_every_s=60.0, keep_checkpoints=2, save_best_after=1000,
+                        save_best_every_s=5.0, save_milestones_s=0.0)
 
 
 class Clock:

@@ -64,8 +64,7 @@ def two_learners() -> Topology:
     """Policies 0 and 1 learning in one process from the learner test's fake workers."""
     data = DataPathParams(**SETTINGS, num_policies=2)
     learners = tuple(ActorSpec(f"learner_{p}", "sfbus_components.learning.learner:Learner",
-                               Learner.Params(**SETTINGS, num_policies=2, appo=APPO, policy=p,
-                                              device="cpu"))
+                               Learner.Params(appo=APPO, policy=p, device="cpu"))
                      for p in (0, 1))
     wires = [("driver", "batch_ready", "learner_0", "on_batch_ready")]
     for p in (0, 1):

@@ -8,6 +8,7 @@ import threading
 import pytest
 import torch
 
+from sfbus_components.datapath.settings import DataPathParams
 from sfbus_components.learning.learner import Learner
 from sfbus_components.models import ActorCritic, ModelConfig
 from tests.components.learning.test_learner import APPO, SETTINGS
@@ -110,8 +111,7 @@ def test_an_error_in_another_threads_share_reaches_the_caller() -> None:
 
 def test_the_learner_splits_its_pass_as_its_setting_says() -> None:
     with pytest.raises(ValueError, match="sequence_threads must be at least 1"):
-        Learner.Params(**SETTINGS, appo=APPO, sequence_threads=0)
-    learner = Learner("learner", Learner.Params(**SETTINGS, appo=APPO, device="cpu",
-                                                sequence_threads=2))
-    learner.build()
+        Learner.Params(appo=APPO, sequence_threads=0)
+    learner = Learner("learner", Learner.Params(appo=APPO, device="cpu", sequence_threads=2))
+    learner.build(data=DataPathParams(**SETTINGS))
     assert learner.training.policy.model.sequence_threads == 2

@@ -102,7 +102,7 @@ async def test_learner_copies_a_batch_out_of_the_block_layout() -> None:
         msg = BatchReady(0, (0, 1, 0, 1, 1, 0, 0, 1), (13, 0, 3, 2, 5, 4, 0, 11))
         batch, groups = learner.batches.copy(msg)
         order = [(w, s) for w, slots in groups.items() for s in slots]
-        steps, state = tl.T, learner.params.state_size
+        steps, state = tl.T, learner.data.state_size
         assert batch["obs"]["obs"].shape == (8, steps + 1, 4) and batch["rnn"].shape == (8, state)
         for i, (w, s) in enumerate(order):
             b = workers[w].buffer
