@@ -17,8 +17,9 @@ ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 # own wing and the wings of lower rows; wings of one row do not import each other. The kernel
 # knows nothing of RL; envs and models know no training; the data path (what sampling and
 # learning share) and APPO's math build on the models; sampling acts; monitoring reports what
-# the data path carries; learning and evaluation report through it; PBT drives the learners
-# from above; the CLI's commands use everything. Sampling and learning, in different rows, still
+# the data path carries; learning and evaluation report through it; the league serves frozen
+# snapshots back to sampling through the data path; PBT drives the learners from above; the
+# CLI's commands use everything. Sampling and learning, in different rows, still
 # never import each other (APART).
 WING_ORDER = (
     ("kernel",),
@@ -28,6 +29,7 @@ WING_ORDER = (
     ("sampling",),
     ("monitoring",),
     ("learning", "evaluation"),
+    ("league",),
     ("pbt",),
     ("commands",),
 )

@@ -10,10 +10,13 @@ and the scores are reported four ways: Prometheus gauges
 ``<run_dir>/evaluation.jsonl`` (``evaluator``, ``round``, ``time``, ``env_frames``, ``policy``,
 ``version``, ``mean_return``, ``std_return``, ``min_return``, ``max_return``, ``mean_length``,
 ``episodes``, ``deterministic``, ``opponent``, ``seconds``, and ``mean_true_return`` when the env
-shapes its reward); and TensorBoard scalars in ``<run_dir>/tensorboard/<actor name>`` under the
-training writer's tags (``policy_<id>/reward``, ``policy_<id>/episode_length``, see
-:mod:`sfbus_components.monitoring.tensorboard`), so TensorBoard draws evaluation and training on one
-chart.
+shapes its reward); and TensorBoard scalars under Sample Factory's tags, as training writes them
+(:mod:`sfbus_components.monitoring.tensorboard`): ``reward/reward`` (``_min``, ``_max``),
+``len/len`` (in env frames) and ``policy_stats/avg_true_objective``, in a run of each policy's
+own beside training's, ``<run_dir>/tensorboard/<policy id>/<actor name>/``, so TensorBoard draws
+a policy's evaluation and training on one chart (a folder apart from training's ``<policy id>/``:
+TensorBoard stops reading a folder's older event file once a newer one appears, and two writers
+would keep both growing).
 
 Time sets the cadence, not learner versions: versions come 100 times faster on CartPole than on
 VizDoom, while "every few minutes" means the same everywhere; ``min_new_versions`` skips weights
@@ -154,8 +157,10 @@ class Evaluator(Actor):
         self.scored: dict[int, int] = {}
         """Version of each policy's last evaluation."""
         self.rounds = 0
-        self.writer: Any = None
-        """TensorBoard's SummaryWriter; None without a run directory."""
+        self.writers: dict[int, Any] = {}
+        """TensorBoard's SummaryWriter of each policy scored, opened at its first score."""
+        self.tensorboard: Path | None = None
+        """The run's TensorBoard folder; None without a run directory."""
         self._chunk: asyncio.Future[Any] | None = None
         self._loop_task: asyncio.Task[Any] | None = None
 
@@ -179,12 +184,7 @@ class Evaluator(Actor):
                        if totals in self.context.array_specs else None)
         run_dir = self.context.run_dir
         self.jsonl = None if run_dir is None else Path(run_dir, "evaluation.jsonl")
-        if run_dir is not None:
-            from torch.utils.tensorboard import SummaryWriter  # loads tensorboard: only when used
-
-            # A folder of its own: TensorBoard shows it as a run beside training's, and two
-            # writers never share one folder (TensorBoard may skip an older file's events).
-            self.writer = SummaryWriter(str(Path(run_dir, "tensorboard", self.name)))
+        self.tensorboard = None if run_dir is None else Path(run_dir, "tensorboard")
         self._declare_metrics()
         self.make_env = lambda: bound_actions(make_env(data.env, **data.env_kwargs),
                                               data.model.action_bounds)
@@ -242,8 +242,8 @@ class Evaluator(Actor):
                     scores.append(score)
         finally:
             self.rounds += 1  # a failed round too: the next one plays other episodes
-            if self.writer is not None and scores:
-                self.writer.flush()
+            for writer in self.writers.values() if scores else ():
+                writer.flush()
         return scores
 
     async def _score(self, policy: int, seed: int) -> Score | None:
@@ -295,11 +295,24 @@ class Evaluator(Actor):
         if self.jsonl is not None:
             with self.jsonl.open("a") as file:
                 file.write(json.dumps(record) + "\n")
-        if self.writer is not None:
-            prefix = f"policy_{score.policy}"
-            self.writer.add_scalar(f"{prefix}/reward", record["mean_return"], score.env_frames)
-            self.writer.add_scalar(f"{prefix}/episode_length", record["mean_length"],
-                                   score.env_frames)
+        if self.tensorboard is not None:
+            self._write_scalars(score.policy, record, score.env_frames)
+
+    def _write_scalars(self, policy: int, record: dict[str, Any], env_frames: int) -> None:
+        """One score in the policy's TensorBoard run of this evaluator, under training's tags."""
+        assert self.tensorboard is not None and self.player is not None
+        if policy not in self.writers:
+            from torch.utils.tensorboard import SummaryWriter  # loads tensorboard: only when used
+
+            self.writers[policy] = SummaryWriter(str(self.tensorboard / str(policy) / self.name))
+        frameskip = self.player.env.spec.frameskip  # Sample Factory's len counts env frames
+        for tag, value in (("reward/reward", record["mean_return"]),
+                           ("reward/reward_min", record["min_return"]),
+                           ("reward/reward_max", record["max_return"]),
+                           ("len/len", record["mean_length"] * frameskip),
+                           ("policy_stats/avg_true_objective",
+                            record.get("mean_true_return", record["mean_return"]))):
+            self.writers[policy].add_scalar(tag, value, env_frames)
 
     async def _in_thread(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         # Shielded: a stop cancels the rounds but must wait for the thread, which uses the env.
@@ -315,6 +328,6 @@ class Evaluator(Actor):
             await asyncio.wait({self._chunk})
         if self.player is not None:
             self.player.env.close()
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+        for writer in self.writers.values():
+            writer.close()
+        self.writers = {}

@@ -28,6 +28,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+Objective = Literal["true_return", "episode_return", "win_rate", "league_rating",
+                    "league_snapshot_rating"]
+"""What PBT ranks by: episodes' scores or win rate, or a league's Elo rating (set, not averaged:
+:meth:`Population.set_rating`)."""
 COMPLEMENT_SUFFIXES = ("adam_beta1", "adam_beta2", "gamma")
 """Hyperparameters mutated as ``1 - x``."""
 _EPS = 1e-8  # the relative gap's floor on the source objective's magnitude
@@ -183,8 +187,7 @@ class Population:
 
     def __init__(self, hyperparams: dict[int, dict[str, float]], rules: PbtRules,
                  rng: np.random.Generator,
-                 objective: Literal["true_return", "episode_return", "win_rate"] = "true_return",
-                 window: int = 100) -> None:
+                 objective: Objective = "true_return", window: int = 100) -> None:
         self.rules = rules
         self.rng = rng
         self.objective = objective
@@ -209,7 +212,7 @@ class Population:
                     win: float = math.nan) -> None:
         """Record a finished episode (``true_return`` NaN: the env has no separate score;
         ``win`` NaN: not a match, which a ``win_rate`` objective skips)."""
-        if policy not in self.returns:
+        if policy not in self.returns or self.objective.startswith("league_"):
             return
         if self.objective == "win_rate":
             if not math.isnan(win):
@@ -217,6 +220,12 @@ class Population:
             return
         use_true = self.objective == "true_return" and not math.isnan(true_return)
         self.returns[policy].append(true_return if use_true else episode_return)
+
+    def set_rating(self, policy: int, rating: float) -> None:
+        """A ``league_*`` objective: ``rating`` is now the policy's objective (NaN: none yet)."""
+        if policy in self.returns and not math.isnan(rating):
+            self.returns[policy].clear()
+            self.returns[policy].append(rating)
 
     def objectives(self) -> dict[int, float]:
         """Mean return (or win rate) over the recent episodes of each policy that has some."""

@@ -20,7 +20,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from sfbus_components.algo import AppoConfig
 from sfbus_components.datapath.messages import (
     EpisodeFinished,
     HyperparamsChanged,
+    LeagueRatings,
     PolicyReplaced,
     ReplacePolicy,
     TrainingStats,
@@ -42,7 +43,7 @@ from sfbus_components.learning.population_member import (
     is_population_member,
     prune_snapshots,
 )
-from sfbus_components.pbt.rules import Decision, PbtRules, Population
+from sfbus_components.pbt.rules import Decision, Objective, PbtRules, Population
 
 _STATE_KEYS = ("hyperparams", "last_update", "frames", "returns", "next_exchange", "updates",
                "rng", "exchanges", "mutations")
@@ -109,10 +110,12 @@ class PopulationTrainer(Actor):
         """The PBT schedule (``PbtRules``' fields) plus the trainer's own; env, seed and
         population size are the run's data path's (``context.records[DataPath].params``)."""
 
-        objective: Literal["true_return", "episode_return", "win_rate"] = "true_return"
+        objective: Objective = "true_return"
         """Mean of the recent episodes' unshaped score (``true_return``; the return when the
-        env does not shape rewards), of their (shaped) return, or the recent matches' win rate
-        (``win_rate``: 1 for outscoring the opponent, 0 otherwise; self-play)."""
+        env does not shape rewards), of their (shaped) return, the recent matches' win rate
+        (``win_rate``: 1 for outscoring the opponent, 0 otherwise; self-play), or a league's
+        Elo rating of the policy (``league_rating``) or of its newest snapshot
+        (``league_snapshot_rating``), from ``LeagueRatings`` (:mod:`sfbus_components.league`)."""
         objective_episodes: int = 100
         """Recent episodes per policy in the objective."""
         mutable: tuple[str, ...] = ("appo.lr", "appo.entropy_coeff", "appo.adam_beta1",
@@ -195,6 +198,14 @@ class PopulationTrainer(Actor):
             pair = (msg.policy, msg.opponent)
             self.wins[pair] = self.wins.get(pair, 0) + 1
             self._m_matches.labels(str(msg.policy), str(msg.opponent)).inc()
+
+    @slot
+    def on_league_ratings(self, msg: LeagueRatings) -> None:
+        """A ``league_*`` objective: take the policy's rating (or its newest snapshot's)."""
+        if self.params.objective == "league_rating":
+            self.population.set_rating(msg.policy, msg.rating)
+        elif self.params.objective == "league_snapshot_rating":
+            self.population.set_rating(msg.policy, msg.snapshot_rating)
 
     @slot
     def on_training_stats(self, msg: TrainingStats) -> None:

@@ -161,8 +161,13 @@ async def test_evaluator_scores_published_weights_against_an_opponent(tmp_path: 
     assert [(r["evaluator"], r["policy"], r["version"], r["mean_return"], r["opponent"])
             for r in records] == [("vs_one", 0, 1, 15.0, 1), ("vs_one", 0, 2, 10.0, 1),
                                   ("mirror", 0, 2, 10.0, -1), ("mirror", 1, 1, 5.0, -1)]
-    assert scalars(str(tmp_path / "tensorboard" / "vs_one"))["policy_0/reward"] == \
-        [(0, 15.0), (0, 10.0)]  # no statistics actor in this topology: no env frames
+    # Sample Factory's tags, as training writes them, in a run of policy 0's own beside
+    # training's (no statistics actor in this topology: no env frames)
+    logged = scalars(str(tmp_path / "tensorboard" / "0" / "vs_one"))
+    assert (logged["reward/reward"], logged["reward/reward_max"], logged["len/len"]) == \
+        ([(0, 15.0), (0, 10.0)], [(0, 15.0), (0, 10.0)], [(0, EPISODE)] * 2)
+    assert logged["policy_stats/avg_true_objective"] == logged["reward/reward"]
+    assert set(scalars(str(tmp_path / "tensorboard" / "1" / "mirror"))) == set(logged)
 
 
 def test_evaluator_refuses_policies_the_run_has_not_before_start() -> None:
@@ -264,7 +269,7 @@ def test_cartpole_evaluator_reports_at_its_cadence(tmp_path: Path) -> None:
     assert count is not None and float(count.group(1)) >= 1
     # TensorBoard got the same figures, against the same env frames, under training's tag.
     records = [r for k in sorted(rounds) for r in rounds[k]]
-    logged = scalars(str(run_dir / "tensorboard" / "evaluator"))["policy_0/reward"]
+    logged = scalars(str(run_dir / "tensorboard" / "0" / "evaluator"))["reward/reward"]
     assert logged == [(r["env_frames"], pytest.approx(r["mean_return"]))
                       for r in records]
 

@@ -28,6 +28,8 @@ RUN_ELSEWHERE = {
     "cartpole_population_member": "topologies/test_folder_population.py",
     "doom_basic": "topologies/test_learning.py",
     "doom_deathmatch_bots": "topologies/test_doom_bots_run.py",
+    "league_duel": "topologies/test_league.py",
+    "league_rps": "topologies/test_league.py",
     "mujoco_halfcheetah": "topologies/test_mujoco_run.py",
     "pettingzoo_simple_spread": "topologies/test_pettingzoo_run.py",
     "selfplay_duel": "topologies/test_selfplay.py",

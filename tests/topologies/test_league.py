@@ -1,0 +1,131 @@
+"""The league topologies through the real CLI: snapshots written, frozen opponents loaded into
+the opponent slots and never trained, matches in the payoff table, ratings moving, all of it
+kept by --resume (league_rps.yaml); VizDoom duels against snapshots (league_duel.yaml)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TOPOLOGIES = Path(__file__).parents[2] / "topologies"
+LEAGUE_RPS = TOPOLOGIES / "league_rps.yaml"
+LEAGUE_DUEL = TOPOLOGIES / "league_duel.yaml"
+
+
+def run(*args: str, reached: Callable[[], bool], timeout: float = 90) -> str:
+    """``sfbus run ARGS``, stopped gracefully (SIGINT, exit 130) once ``reached()`` holds, else
+    at its own limits (exit 0); its stderr. It must end cleanly, with no contained failure."""
+    with (Path(args[args.index("--run-dir") + 1] if "--run-dir" in args else args[1])
+          .with_suffix(".stderr")).open("w+") as err:
+        process = subprocess.Popen([sys.executable, "-m", "sfbus", "run", *args],
+                                   stdout=subprocess.DEVNULL, stderr=err, text=True)
+        deadline = time.monotonic() + timeout
+        try:
+            while process.poll() is None and time.monotonic() < deadline:
+                if reached():
+                    process.send_signal(signal.SIGINT)
+                    break
+                time.sleep(0.2)
+            process.wait(timeout=max(deadline - time.monotonic(), 1))
+        finally:
+            process.kill()
+            process.wait()
+        err.seek(0)
+        text = err.read()
+    assert process.returncode in (0, 130), text[-3000:]
+    assert " raised " not in text, text[-3000:]
+    return text
+
+
+def league_state(run_dir: Path) -> dict[str, Any]:
+    """The league's ``state.json`` ({} before its first write)."""
+    path = run_dir / "league" / "state.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def snapshots(run_dir: Path) -> list[dict[str, Any]]:
+    """The whole lines of the store's index."""
+    path = run_dir / "league" / "snapshots.jsonl"
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text.split("\n")[:-1]]
+
+
+def played_snapshots(run_dir: Path) -> bool:
+    """Policy 0 has played matches against a snapshot, and every slot holds one."""
+    state = league_state(run_dir)
+    return bool(state) and None not in state["resident"] and any(
+        a == "policy:0" and b.startswith("snapshot:") for a, b, *_ in state["payoff"]["table"])
+
+
+def metric_samples(run_dir: Path, part: str) -> dict[str, float]:
+    """The samples of every metric family whose name holds ``part``, by their labels."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, str(run_dir / "metrics"))
+    return {f"{sample.name}{sorted(sample.labels.items())}": sample.value
+            for family in registry.collect() if part in family.name
+            for sample in family.samples}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(150)
+def test_a_league_snapshots_serves_rates_and_resumes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run(str(LEAGUE_RPS), "--run-dir", str(run_dir), "--max-seconds", "60",
+        "--set", "snapshot_every=2000", "--set", "rotate_every_s=0.5",
+        "--set", "report_every_s=0.5",
+        reached=lambda: len(snapshots(run_dir)) >= 3 and played_snapshots(run_dir))
+    first = snapshots(run_dir)
+    assert len(first) >= 3 and first[0]["reason"] == "first"
+    assert {s["reason"] for s in first[1:]} <= {"frames", "win_rate"}
+    assert all((run_dir / "league" / s["file"]).is_file() for s in first)
+    state = league_state(run_dir)
+    # the slots held snapshots, and after training still hold their weights bit for bit
+    assert None not in state["resident"]
+    assert state["slots_intact"] and all(state["slots_intact"])
+    assert state["payoff"]["matches"] > 0
+    ratings = state["payoff"]["ratings"]
+    assert any(abs(r - 1000.0) > 1e-6 for r in ratings.values()), ratings
+    loads = metric_samples(run_dir, "league_slot_loads")
+    assert sum(loads.values()) >= 2, loads  # both slots filled
+    shown = metric_samples(run_dir, "sfbus_league_rating")
+    assert any("policy:0" in key for key in shown) and any("snapshot:0" in key for key in shown)
+    # no frozen opponent's trajectory reached the batcher: it saw only policy 0's
+    assert sum(metric_samples(run_dir, "batcher_ignored_trajectories").values()) == 0
+    assert list((run_dir / "tensorboard" / "league").glob("events.out.tfevents.*"))
+
+    def played_on() -> bool:
+        return league_state(run_dir).get("payoff", {}).get("matches", 0) \
+            > state["payoff"]["matches"] + 50
+
+    err = run("--resume", str(run_dir), "--max-seconds", "60", reached=played_on)
+    assert snapshots(run_dir)[:len(first)] == first  # append-only across the resume
+    again = league_state(run_dir)
+    assert again["payoff"]["matches"] > state["payoff"]["matches"]
+    assert set(again["payoff"]["ratings"]) >= set(ratings)
+    assert f"league: resumed {state['payoff']['matches']} matches" in err, err[-3000:]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_league_duels_play_snapshots_in_vizdoom(tmp_path: Path) -> None:
+    pytest.importorskip("vizdoom")
+    run_dir = tmp_path / "run"
+    run(str(LEAGUE_DUEL), "--run-dir", str(run_dir), "--max-seconds", "100",
+        "--set", "num_policies=2", "--set", "env_kwargs.episode_timeout=200",
+        "--set", "rollout=16", "--set", "batch_size=64", "--set", "model.core_size=64",
+        "--set", "rotate_every_s=1", "--set", "report_every_s=1",
+        reached=lambda: played_snapshots(run_dir), timeout=140)
+    assert played_snapshots(run_dir), league_state(run_dir)
+    assert snapshots(run_dir)[0]["reason"] == "first"
