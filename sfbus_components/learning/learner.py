@@ -53,9 +53,8 @@ from sfbus_components.datapath.messages import (
     WeightsUpdated,
 )
 from sfbus_components.datapath.record import DataPath
-from sfbus_components.datapath.settings import DataPathParams, build_policy
+from sfbus_components.datapath.settings import DataPathParams, build_policy, policy_spec
 from sfbus_components.datapath.slot_stages import LearnerSlots
-from sfbus_components.envs import env_spec
 from sfbus_components.learning.appo_update import AppoUpdate
 from sfbus_components.learning.batch_copy import BatchCopy
 from sfbus_components.learning.checkpoint import config_fingerprint, load_newest
@@ -129,8 +128,9 @@ class Learner(Actor):
         p.check_data_path(self.data)
         torch.set_num_threads(p.torch_threads)
         keep_freed_memory()
-        self.spec = env_spec(self.data.env, **self.data.env_kwargs)
-        self.training = TrainingState(build_policy(self.data), p.appo, self.data.seed, device)
+        self.spec = policy_spec(self.data, p.policy)  # agent_policies: its own agents' spaces
+        self.training = TrainingState(build_policy(self.data, p.policy), p.appo, self.data.seed,
+                                      device)
         if self.training.device.type == "cpu":
             self.training.policy.model.sequence_threads = p.sequence_threads
         run_dir = None if self.context is None else self.context.run_dir
@@ -158,7 +158,8 @@ class Learner(Actor):
         data_path = self.context.records[DataPath]
         rollout = self.data.rollout
         self.batches = BatchCopy(
-            [TrajectoryBuffer(self.context, w, data_path.layout) for w in data_path.workers],
+            [TrajectoryBuffer(self.context, w, data_path.layout.of_policy(p.policy))
+             for w in data_path.workers],
             rollout, self.data.state_size, pin=self.training.device.type == "cuda",
             every_state=0 < p.appo.recurrence < rollout or not p.appo.with_vtrace)
         self._slot_stages = LearnerSlots(self.context, data_path.workers, self.log)

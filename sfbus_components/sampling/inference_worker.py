@@ -7,7 +7,9 @@ iteration, writes actions, log-probabilities, values and the policy version back
 rows and the new RNN state into row ``t + 1``, then signals each rollout worker. Nothing but
 indices travels on the bus. With ``sampling: batched`` a request names a contiguous block of
 slots instead, served from a view of it with no gather (see
-:mod:`sfbus_components.sampling.batched_layout`).
+:mod:`sfbus_components.sampling.batched_layout`). With ``agent_policies`` (heterogeneous agents)
+each policy is built from its own spec and reads and writes its rows in its own observation and
+action arrays (:mod:`sfbus_components.datapath.buffers`), gathered into buffers of its own.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from sfbus_components.datapath.buffers import (
 from sfbus_components.datapath.messages import ActionsReady, InferenceRequest, WeightsUpdated
 from sfbus_components.datapath.record import DataPath
 from sfbus_components.datapath.settings import build_policy
+from sfbus_components.envs import EnvSpec
 from sfbus_components.models.device import check_device, describe_device, resolve_device
 from sfbus_components.models.policy import Policy
 from sfbus_components.sampling.batched_layout import BlockServer
@@ -75,11 +78,41 @@ class _Rows:
         return index
 
 
+class _Gather:
+    """The reused buffers a pass gathers observations and states into, for one observation
+    layout: grown (doubling) when too small; pinned for a GPU, whose uploads from them then run
+    asynchronously."""
+
+    def __init__(self, rows: _Rows, state_size: int, pin: bool) -> None:
+        self.fields = {k: (f.shape[1:], f.dtype) for k, f in rows.obs.items()}
+        self.state_size = state_size
+        self.pin = pin
+        self.capacity = 0
+        self.obs: dict[str, Tensor] = {}
+        self.rnn = torch.empty(0)
+
+    def views(self, rows: int) -> tuple[dict[str, Tensor], Tensor]:
+        """Views of ``rows`` rows of the buffers."""
+        if rows > self.capacity:
+            self.capacity = max(rows, 2 * self.capacity)
+            self.obs = {k: torch.empty((self.capacity, *shape), dtype=dtype, pin_memory=self.pin)
+                        for k, (shape, dtype) in self.fields.items()}
+            self.rnn = torch.zeros((self.capacity, self.state_size), pin_memory=self.pin)
+        return {k: v[:rows] for k, v in self.obs.items()}, self.rnn[:rows]
+
+
 @dataclass
 class _Served:
-    """One policy an inference worker serves: its model, published weights and version."""
+    """One policy an inference worker serves: its model, published weights and version, and
+    its view of the workers' buffers."""
 
     policy: int
+    spec: EnvSpec
+    """The spec of the agents it acts for (its own with ``agent_policies``)."""
+    rows: list[_Rows]
+    """Its rows of every rollout worker's buffer, by worker index."""
+    gather: _Gather | None
+    """Where its passes gather observations (shared by policies of one layout)."""
     model: Policy | None = None
     weights: PolicyWeights | None = None
     version: int = 0
@@ -139,9 +172,6 @@ class InferenceWorker(Actor):
         """Forward passes (or random draws) served so far; one per loop iteration with work."""
         self._pending: list[InferenceRequest] = []
         self._first_arrival = 0.0
-        self._capacity = 0
-        self._obs_batch: dict[str, Tensor] = {}
-        self._rnn_batch = torch.empty(0)
         self.blocks: BlockServer | None = None
 
     async def on_start(self) -> None:
@@ -175,7 +205,12 @@ class InferenceWorker(Actor):
                        if data.sampling == "batched" else None)
         """Batched sampling: serves requests from slices of the buffers."""
         # The request-table gather knows only the [slot, t] layout; batched never gathers.
-        self.rows = [_Rows(buffer) for buffer in buffers] if self.blocks is None else []
+        self.buffers = buffers if self.blocks is None else []
+        self.layout = data_path.layout
+        # With agent_policies the worker's own view has no observations: each policy reads its own.
+        self.rows = [_Rows(b) for b in self.buffers] if not self.layout.policy_specs else []
+        self.gather = (_Gather(self.rows[0], self.state_size, self.device.type == "cuda")
+                       if self.rows else None)
         # A league's opponent slots follow the trained ids: served alike, with the weights the
         # league loads into them (sfbus_components.league), never trained.
         ids = [p.policy] if data.acting_policies == 1 else range(data.acting_policies)
@@ -194,10 +229,10 @@ class InferenceWorker(Actor):
 
     def _load(self, policy: int) -> _Served:
         """Build the network of ``policy`` and copy its published weights if there are any."""
-        served = _Served(policy)
+        served = self._view(policy)
         if self.params.random_actions:
             return served
-        served.model = build_policy(self.data).prepare_for_inference(
+        served.model = build_policy(self.data, policy).prepare_for_inference(
             self.params.packed_weights, self.device, self.params.cuda_graphs)
         if weights_name(policy) not in self.context.array_specs:
             # No learner publishes this policy (a sampler benchmark): keep the initial weights.
@@ -213,6 +248,14 @@ class InferenceWorker(Actor):
         if served.weights.version > 0:
             self._refresh(served)
         return served
+
+    def _view(self, policy: int) -> _Served:
+        """``policy`` served from the worker's rows, or with ``agent_policies`` from its own."""
+        if not self.layout.policy_specs:
+            return _Served(policy, self.spec, self.rows, self.gather)
+        rows = [_Rows(b.of_policy(policy)) for b in self.buffers]
+        return _Served(policy, self.layout.policy_specs[policy], rows,
+                       _Gather(rows[0], self.state_size, self.device.type == "cuda"))
 
     @slot
     def on_inference_requested(self, request: InferenceRequest) -> None:
@@ -281,7 +324,8 @@ class InferenceWorker(Actor):
                     self.blocks.forward(served.model, r, served.version, self.params.deterministic)
                 self.m_rows.observe(r.count)
             return
-        indices = [self.rows[r.worker].flat_index(r.split, r.count, r.offset) for r in requests]
+        indices = [served.rows[r.worker].flat_index(r.split, r.count, r.offset)
+                   for r in requests]
         total = sum(r.count for r in requests)
         if served.model is None:
             self._random(served, requests, indices, total)
@@ -292,10 +336,11 @@ class InferenceWorker(Actor):
     def _forward(self, served: _Served, requests: list[InferenceRequest],
                  indices: list[np.ndarray], total: int) -> None:
         assert served.model is not None
-        obs, rnn = self._batch(total)
+        assert served.gather is not None
+        obs, rnn = served.gather.views(total)
         start = 0
         for r, flat in zip(requests, indices, strict=True):
-            rows, end, index = self.rows[r.worker], start + r.count, torch.from_numpy(flat)
+            rows, end, index = served.rows[r.worker], start + r.count, torch.from_numpy(flat)
             for key, field in rows.obs.items():
                 torch.index_select(field, 0, index, out=obs[key][start:end])
             if self.state_size:
@@ -303,29 +348,29 @@ class InferenceWorker(Actor):
             start = end
         with torch.inference_mode():
             out = served.model.step(obs, rnn, self.params.deterministic, self.sampling)
-        self._write_back(requests, indices, {
-            "actions": out.actions.reshape(total, *self.spec.action_shape).numpy(),
+        self._write_back(served, requests, indices, {
+            "actions": out.actions.reshape(total, *served.spec.action_shape).numpy(),
             "log_probs": out.log_prob.numpy(), "values": out.value.numpy(),
             "action_params": out.action_logits.float().numpy(), "versions": served.version,
             "rnn": out.rnn_state.numpy()})
 
     def _random(self, served: _Served, requests: list[InferenceRequest],
                 indices: list[np.ndarray], total: int) -> None:
-        actions, log_probs = self.spec.random_actions(self.rng, total)
+        actions, log_probs = served.spec.random_actions(self.rng, total)
         # uniform logits / the standard normal random_actions draws from; no value, no state
-        self._write_back(requests, indices, {
+        self._write_back(served, requests, indices, {
             "actions": actions, "log_probs": log_probs, "values": 0.0, "action_params": 0.0,
             "versions": served.version, "rnn": 0.0})
 
-    def _write_back(self, requests: list[InferenceRequest], indices: list[np.ndarray],
-                    fields: dict[str, np.ndarray | float]) -> None:
+    def _write_back(self, served: _Served, requests: list[InferenceRequest],
+                    indices: list[np.ndarray], fields: dict[str, np.ndarray | float]) -> None:
         """Each request's share of a pass into its rows: per buffer field, an array of the pass's
         rows or one value for all of them; ``rnn`` (last) goes into the rows one step later."""
         if not self.state_size:
             fields.pop("rnn")
         start = 0
         for r, index in zip(requests, indices, strict=True):
-            rows, end = self.rows[r.worker].np, start + r.count
+            rows, end = served.rows[r.worker].np, start + r.count
             for name, field in fields.items():
                 if name == "rnn":
                     # The state after acting at t enters step t + 1; the index buffer is ours
@@ -333,15 +378,3 @@ class InferenceWorker(Actor):
                     index = np.add(index, 1, out=index)
                 rows[name][index] = field[start:end] if isinstance(field, np.ndarray) else field
             start = end
-
-    def _batch(self, rows: int) -> tuple[dict[str, Tensor], Tensor]:
-        """Views of ``rows`` rows of the reused gather buffers, grown (doubling) when too small;
-        pinned for a GPU, whose uploads from them then run asynchronously."""
-        if rows > self._capacity:
-            self._capacity = max(rows, 2 * self._capacity)
-            pin = self.device.type == "cuda"
-            self._obs_batch = {k: torch.empty((self._capacity, *f.shape[1:]), dtype=f.dtype,
-                                              pin_memory=pin)
-                               for k, f in self.rows[0].obs.items()}
-            self._rnn_batch = torch.zeros((self._capacity, self.state_size), pin_memory=pin)
-        return ({k: v[:rows] for k, v in self._obs_batch.items()}, self._rnn_batch[:rows])

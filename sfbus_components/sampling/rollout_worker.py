@@ -49,6 +49,7 @@ from sfbus_components.datapath.messages import (
 )
 from sfbus_components.datapath.record import DataPath, TrajectoryWriter
 from sfbus_components.sampling.batched_layout import BatchedSplit
+from sfbus_components.sampling.heterogeneous_split import FixedAgentMapping, HeterogeneousSplit
 from sfbus_components.sampling.policy_mapping import AgentPolicies, load_mapping
 from sfbus_components.sampling.rollout_faults import RolloutFaults
 from sfbus_components.sampling.rollout_params import RolloutParams
@@ -102,7 +103,11 @@ class RolloutWorker(TrajectoryWriter):
         # Per-agent policy id; with a population the mapping rewrites entries at episode starts.
         self.population: AgentPolicies | None = None
         self.agent_policy = np.full(agents, p.policy, np.int64)
-        if p.acting_policies > 1:
+        if layout.agent_policies:  # each agent's policy fixed by name for the run
+            self.population = AgentPolicies(FixedAgentMapping(layout.agent_policies),
+                                            p.num_policies, p.num_envs, na, p.num_splits)
+            self.agent_policy = self.population.policy
+        elif p.acting_policies > 1:
             self.population = self._mapped_policies(na)
             self.agent_policy = self.population.policy
         # Current slot of every agent row (while its split is paused: the slot it just filled).
@@ -131,7 +136,8 @@ class RolloutWorker(TrajectoryWriter):
         if p.sampling == "batched":
             self.splits = [BatchedSplit(s, wiring) for s in range(p.num_splits)]
         elif self.population is not None:
-            self.splits = [PopulationSplit(s, wiring, self.population)
+            population_split = HeterogeneousSplit if layout.policy_specs else PopulationSplit
+            self.splits = [population_split(s, wiring, self.population)
                            for s in range(p.num_splits)]
         else:
             self.splits = [NonBatchedSplit(s, wiring) for s in range(p.num_splits)]
@@ -139,7 +145,7 @@ class RolloutWorker(TrajectoryWriter):
         # restarted worker waits for slots the batcher still holds instead of failing.
         # Under batched sampling an env with a native batch (EnvPool) is made per split.
         self.envs.create([out for split in self.splits if not split.make_batch()
-                          for out in split.vector.rows_of(split.carry_obs)])
+                          for out in split.reset_outs()])
         if p.decorrelate_envs_on_one_worker and self.envs.batches:
             self.log.warning("%s: decorrelate_envs_on_one_worker skips the envs of a native "
                              "batch (%s steps them all at once)", self.name, p.env)

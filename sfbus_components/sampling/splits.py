@@ -96,7 +96,9 @@ class Split:
         fields = self.buffer.numpy
         # The observation fields by key, as a tuple: the per-step loops run over it.
         self.obs_items = tuple(self.buffer.obs_numpy().items())
-        self.rnn, self.actions = fields["rnn"], fields["actions"]
+        self.rnn = fields["rnn"]
+        # None in a heterogeneous worker's view: each policy has its own (HeterogeneousSplit)
+        self.actions = fields.get("actions")
         self.rewards, self.dones = fields["rewards"], fields["dones"]
         self.time_outs = fields["time_outs"]
         self.step_policies = fields["policies"]
@@ -108,8 +110,14 @@ class Split:
         # The carried observation and state are staged here: once this split's slots are
         # released, another split may reuse and overwrite them before this one resumes.
         self.carry_obs = {k: np.zeros((rows, *f.shape), f.dtype)
-                          for k, f in layout.spec.observation_space.items()}
+                          for k, f in layout.spec.observation_space.items()
+                          if k in self.buffer.obs_keys}
         self.carry_rnn = np.zeros((rows, self.rnn.shape[-1]), np.float32)
+
+    def reset_outs(self) -> list[Any]:
+        """Where each of the split's envs writes its first observation (its rows of the carry):
+        the worker creates and resets them into these."""
+        return self.vector.rows_of(self.carry_obs)
 
     def make_batch(self) -> bool:
         """Make the split's envs as one native batch (batched sampling only): False when they

@@ -77,8 +77,10 @@ class WorkerEnvs:
             self.envs.append(env)
             env.reset_into(out, seed=self._seed(e))
             if self.params.decorrelate_envs_on_one_worker:
+                spec = env.spec
                 for _ in range(self.params.rollout * e):
-                    actions, _ = env.spec.random_actions(rng, env.spec.num_agents)
+                    actions = (spec.random_agent_actions(rng) if spec.heterogeneous
+                               else spec.random_actions(rng, spec.num_agents)[0])
                     env.step_into(actions, out)  # episodes end and restart inside step_into
 
     def create_batch(self, first: int, count: int, obs: ObsDict) -> BatchedEnv | None:

@@ -32,6 +32,7 @@ RUN_ELSEWHERE = {
     "league_rps": "topologies/test_league.py",
     "mujoco_halfcheetah": "topologies/test_mujoco_run.py",
     "pettingzoo_simple_spread": "topologies/test_pettingzoo_run.py",
+    "pettingzoo_simple_tag": "topologies/test_heterogeneous_run.py",
     "selfplay_duel": "topologies/test_selfplay.py",
 }
 

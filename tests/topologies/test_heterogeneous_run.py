@@ -1,0 +1,66 @@
+"""pettingzoo_simple_tag.yaml through the real CLI: predators and prey of different observation
+spaces train side by side, each policy with its own model; a mapping that sends an agent to a
+policy of another space is one located error before anything starts."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sfbus_components.learning.checkpoint import load_checkpoint
+
+SIMPLE_TAG = Path(__file__).parents[2] / "topologies" / "pettingzoo_simple_tag.yaml"
+
+
+def observation_widths(checkpoint: Path) -> tuple[int, int]:
+    """What a checkpoint's policy reads an observation with: its first layer's input width and
+    its observation normalizer's width."""
+    policy = load_checkpoint(checkpoint)["policy"]
+    assert policy["obs_normalizer.stats.obs.count"] > 0  # statistics of its own side's steps
+    return (policy["model.encoder.branches.obs.net.0.weight"].shape[1],
+            policy["obs_normalizer.stats.obs.mean"].shape[0])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_predators_and_prey_each_train_their_own_model(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "sfbus", "run", str(SIMPLE_TAG), "--run-dir", str(run_dir),
+         "--max-frames", "2000", "--max-seconds", "40", "--set", "num_envs=4",
+         "--set", "batch_size=200"],
+        capture_output=True, text=True, timeout=55)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert " raised " not in done.stderr, done.stderr[-3000:]
+    records = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+    last = records[-1]["policies"]
+    for policy in ("0", "1"):  # both learners trained on their own side's steps
+        assert last[policy]["version"] >= 1, last
+        assert last[policy]["episodes"] > 0 and last[policy]["length"] == 25, last
+    # each learner's model reads its own side's observation: 16 numbers a predator, 14 the prey
+    newest = [max((run_dir / "checkpoints" / f"policy_{policy}").glob("*.pt"))
+              for policy in (0, 1)]
+    assert [observation_widths(checkpoint) for checkpoint in newest] == [(16, 16), (14, 14)]
+
+
+@pytest.mark.parametrize(("mapping", "message"), [
+    ('{"adversary_0": 1, "*": 0}',
+     r"agent 'agent_0' \(observation \{obs float32 \[14\]\}.*\) is mapped to policy 0, whose "
+     r"agent 'adversary_1' has observation \{obs float32 \[16\]\}"),
+    ("{}", r"the env's agents differ in observation or action space"),
+])
+def test_a_mapping_across_spaces_is_a_located_error_at_validation(mapping: str,
+                                                                   message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sfbus", "validate", str(SIMPLE_TAG),
+         "--set", f"agent_policies={mapping}"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    (line,) = done.stderr.strip().splitlines()  # one line, no traceback
+    assert re.match(r"error: \S+pettingzoo_simple_tag\.yaml:\d+:\d+: ", line), line
+    assert re.search(message, line), line
