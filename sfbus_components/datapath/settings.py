@@ -82,6 +82,10 @@ class DataPathParams:
             raise ValueError(f"sampling: batched runs one policy per worker, but "
                              f"{self.acting_policies} act (num_policies + opponent_slots); use "
                              f"sampling: non_batched for a population or a league")
+        if self.agent_policies and self.opponent_slots:
+            raise ValueError("agent_policies gives each policy its agents' own spaces, but a "
+                             "league's opponent slots (opponent_slots) are served with one "
+                             "model for all; use one or the other")
         if self.agent_policies and self.num_policies == 1:
             raise ValueError("agent_policies maps agents to policies, but num_policies is 1 "
                              "(every agent acts with policy 0 already)")

@@ -119,3 +119,8 @@ def test_without_agent_policies_the_layout_is_as_before() -> None:
     names = [a.name for a in layout.array_specs("w")]
     assert "w.traj.obs.obs" in names and "w.traj.actions" in names
     assert not [n for n in names if "policy" in n]
+
+
+def test_a_league_beside_agent_policies_is_refused() -> None:
+    with pytest.raises(ValueError, match="opponent slots"):
+        DataPathParams(num_policies=2, opponent_slots=1, agent_policies={"*": 0, "agent_0": 1})
