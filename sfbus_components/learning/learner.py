@@ -5,7 +5,9 @@ Per batch: one gather copy of the batch's trajectories into local tensors
 mode), V-trace + PPO epochs in a background thread (torch releases the GIL, so the event loop keeps
 moving signals meanwhile), then the new weights are published in shared memory under version + 1.
 Checkpoints go to ``<run_dir>/checkpoints/policy_<id>/``; a run directory that already holds some
-resumes from the newest (``sfbus run FILE --resume RUN_DIR``).
+resumes from the newest (``sfbus run FILE --resume RUN_DIR``), whose env frames then count
+towards the run's ``--max-frames`` (Sample Factory's ``train_for_env_steps`` counts from the
+checkpoint too).
 
 What training changes (policy, Adam, normalizers, counters) is one
 :class:`~sfbus_components.learning.training_state.TrainingState` on the device the learner trains
@@ -173,6 +175,10 @@ class Learner(Actor):
                 self.restore(newest[1])
                 self.log.info("%s: resumed from %s (version %d)", self.name, newest[0],
                               self.training.version)
+                if self.weights.version == 0:  # the run's first start, not a restart
+                    # --max-frames counts on from the frames trained before the resume, as
+                    # Sample Factory's train_for_env_steps counts from a checkpoint's env_steps
+                    self.context.add_progress(self.training.env_frames)
         if restore_published(self.weights, self.training):  # newer than the checkpoint
             self.log.warning("%s: restarted; continues from the weights it published last "
                              "(version %d)", self.name, self.training.version)

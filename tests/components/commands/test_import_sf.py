@@ -149,12 +149,18 @@ def test_resume_fine_tunes_the_imported_policy(tmp_path, capsys):
     assert import_sf(capsys, str(FIXTURES / "cartpole"), "--run-dir", str(run_dir))[0] == 0
     before = latest_checkpoint(run_dir / "checkpoints" / "policy_0")
     imported_version = int(before.stem.split("_")[1])
+    imported_frames = load_policy(run_dir)[2]["env_frames"]
+    assert imported_frames == 20480  # the experiment's env_steps
+    # --max-frames counts on from the imported env frames, as Sample Factory's
+    # train_for_env_steps counts from the checkpoint's env_steps: this run adds about 1000
     done = subprocess.run([sys.executable, "-m", "sfbus", "run", "--resume", str(run_dir),
-                           "--serial", "--max-frames", "1000"],
+                           "--serial", "--max-frames", str(imported_frames + 1000)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     after = latest_checkpoint(run_dir / "checkpoints" / "policy_0")
     assert int(after.stem.split("_")[1]) > imported_version
+    trained = load_policy(run_dir)[2]["env_frames"]
+    assert imported_frames < trained < imported_frames + 3000  # a few batches of 256 past it
 
 
 def _experiment_with(tmp_path: Path, name: str, **changes: object) -> Path:
