@@ -6,7 +6,10 @@ per step (:mod:`sfbus_components.evaluation.seeded_episodes`). Episode ``k`` sta
 ``--seed + k``, so a row can be replayed alone (``sfbus enjoy --seed``).
 ``OUT/eval_policy_<id>.csv`` gets one row per agent-episode,
 ``seed,agent,return,true_return,length`` (``true_return`` empty where the env reports no unshaped
-score), sorted by seed, then a ``mean`` row over them.
+score), sorted by seed, then a ``mean`` row over them. With ``--opponent FILE`` (a league
+snapshot, ``RUN_DIR/league/snapshot_*.pt``, or a learner checkpoint of the same env and model,
+from any run) agents 1.. of every episode play that fixed opponent: the rows are the evaluated
+policy's (agent 0) with a ``win`` column (1, 0.5 a draw, 0, as the env reports the match).
 """
 
 from __future__ import annotations
@@ -58,6 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="seed of the first episode; episode k uses SEED + k (default: 0)")
     parser.add_argument("--out", metavar="DIR", help="folder for the CSV files "
                                                      "(default: RUN_DIR/eval)")
+    parser.add_argument("--opponent", metavar="FILE",
+                        help="a league snapshot or a learner checkpoint (same env and model) "
+                             "that plays agents 1.. of every episode; rows: agent 0, with wins")
     parser.set_defaults(func=cmd_eval)
 
 
@@ -70,14 +76,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
         check_writable_dir(out, "--out")  # the last check: a refusal leaves no folder behind
     except EnjoyError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
         raise BadInput(str(error)) from None
-    for params, path, state in jobs:
+    for params, path, state, opponent in jobs:
         start = time.perf_counter()
         rows = evaluate(params, state, episodes=args.episodes, envs=args.envs,
-                        deterministic=args.deterministic, first_seed=args.seed)
+                        deterministic=args.deterministic, first_seed=args.seed,
+                        opponent=opponent)
         csv_path = out / f"eval_policy_{params.policy}.csv"
-        mean = write_csv(csv_path, rows)
-        print(f"policy {params.policy} ({path.name}, version {state['version']}): mean return "
-              f"{mean['return']:.3f}, mean length {mean['length']:.1f} over {len(rows)} "
+        mean = write_csv(csv_path, rows, wins=opponent is not None)
+        against = "" if opponent is None else \
+            f" against {Path(args.opponent).name}: win rate {mean['win']:.3f},"
+        print(f"policy {params.policy} ({path.name}, version {state['version']}){against} mean "
+              f"return {mean['return']:.3f}, mean length {mean['length']:.1f} over {len(rows)} "
               f"episodes in {time.perf_counter() - start:.1f} s -> {csv_path}")
     return 0
 
@@ -98,13 +107,55 @@ def _check(args: argparse.Namespace, run_dir: Path) -> list[tuple[Any, Path, dic
     if args.checkpoint not in (None, "best") and len(wanted) > 1:
         raise EnjoyError(f"--checkpoint {args.checkpoint}: a file holds one policy; choose it "
                          f"with --policy")
-    return [(found[p], *read_checkpoint(run_dir, found[p], args.checkpoint))
+    return [(found[p], *read_checkpoint(run_dir, found[p], args.checkpoint),
+             None if args.opponent is None else read_opponent(Path(args.opponent), found[p]))
             for p in dict.fromkeys(wanted)]
 
 
+def read_opponent(path: Path, params: Any) -> Any:
+    """The fixed opponent in ``path`` (a league snapshot or a learner checkpoint) as a policy of
+    the run's env and model; ``EnjoyError`` when it is not one, or does not fit."""
+    import torch
+
+    from sfbus_components.envs import env_spec
+    from sfbus_components.models.policy import Policy
+
+    where = f"--opponent {path}"
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as error:
+        raise EnjoyError(f"{where}: cannot read it ({type(error).__name__}: {error})") from None
+    spec = env_spec(params.data.env, **params.data.env_kwargs)
+    if spec.num_agents < 2:
+        raise EnjoyError(f"{where}: env {params.data.env} has one agent; an opponent plays "
+                         f"agents 1.. of a multi-agent env")
+    policy = Policy(spec, params.data.model)
+    tensors = policy.published_tensors()
+    if isinstance(state, dict) and isinstance(state.get("weights"), torch.Tensor):
+        weights = state["weights"]  # a league snapshot: the published weights vector
+        if weights.numel() != sum(t.numel() for t in tensors):
+            raise EnjoyError(f"{where}: a snapshot of {weights.numel()} weights; this run's "
+                             f"model has {sum(t.numel() for t in tensors)} (another model?)")
+        with torch.no_grad():
+            offset = 0
+            for tensor in tensors:
+                tensor.copy_(weights[offset:offset + tensor.numel()].view_as(tensor))
+                offset += tensor.numel()
+    elif isinstance(state, dict) and isinstance(state.get("policy"), dict):
+        try:
+            policy.load_state_dict(state["policy"])
+        except RuntimeError as error:
+            raise EnjoyError(f"{where}: does not fit this run's model "
+                             f"({str(error).splitlines()[0]})") from None
+    else:
+        raise EnjoyError(f"{where}: neither a league snapshot nor a learner checkpoint")
+    return policy.prepare_for_inference()
+
+
 def evaluate(params: Any, state: dict, *, episodes: int, envs: int, deterministic: bool,
-             first_seed: int) -> list[Any]:
-    """Play ``episodes`` seeded episodes of the checkpoint ``state``; their rows by seed."""
+             first_seed: int, opponent: Any = None) -> list[Any]:
+    """Play ``episodes`` seeded episodes of the checkpoint ``state``; their rows by seed (with
+    an ``opponent`` playing agents 1.., agent 0's rows)."""
     import torch
     from tqdm import tqdm
 
@@ -116,37 +167,42 @@ def evaluate(params: Any, state: dict, *, episodes: int, envs: int, deterministi
     try:
         policy = build_from_checkpoint(played[0].spec, params, state)
         runner = SeededEpisodes(played, policy, params.data.state_size,
-                                deterministic=deterministic, first_seed=first_seed)
+                                deterministic=deterministic, first_seed=first_seed,
+                                opponent=opponent)
         # tqdm shows itself only on a terminal (disable=None): logs and pipes stay clean
         with tqdm(total=episodes, desc=f"policy {params.policy}", unit="episode",
                   disable=None, file=sys.stderr) as bar:
-            return runner.play(episodes, on_episode=lambda rows: bar.update(1))
+            rows = runner.play(episodes, on_episode=lambda rows: bar.update(1))
+        return rows if opponent is None else [r for r in rows if r.agent == 0]
     finally:
         torch.set_num_threads(threads)
         for env in played:
             env.close()
 
 
-def write_csv(path: Path, rows: list[Any]) -> dict[str, float]:
-    """Write the episodes' rows and their ``mean`` row; returns the means."""
+def write_csv(path: Path, rows: list[Any], wins: bool = False) -> dict[str, float]:
+    """Write the episodes' rows and their ``mean`` row, with a ``win`` column when ``wins``
+    (against an opponent); returns the means."""
     mean = {
         "return": sum(r.episode_return for r in rows) / len(rows),
         "length": sum(r.length for r in rows) / len(rows),
     }
-    true_returns = [r.true_return for r in rows if not math.isnan(r.true_return)]
-    mean["true_return"] = sum(true_returns) / len(true_returns) if true_returns else math.nan
+    for name in ("true_return", "win"):
+        found = [getattr(r, name) for r in rows if not math.isnan(getattr(r, name))]
+        mean[name] = sum(found) / len(found) if found else math.nan
+    win = (lambda value: (_blank_nan(value),)) if wins else (lambda value: ())
     # whole or not at all: a killed eval, or two at once into one folder, never leave a CSV
     # that is half of one and half of the other
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
         with partial.open("w", newline="") as file:
             writer = csv.writer(file)
-            writer.writerow(COLUMNS)
+            writer.writerow((*COLUMNS, *(("win",) if wins else ())))
             for r in rows:
                 writer.writerow((r.seed, r.agent, repr(r.episode_return),
-                                 _blank_nan(r.true_return), r.length))
+                                 _blank_nan(r.true_return), r.length, *win(r.win)))
             writer.writerow(("mean", "", repr(mean["return"]), _blank_nan(mean["true_return"]),
-                             repr(mean["length"])))
+                             repr(mean["length"]), *win(mean["win"])))
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)

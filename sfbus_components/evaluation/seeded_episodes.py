@@ -9,7 +9,9 @@ network is paid once for every env, as the inference worker does for its rollout
 
 An env's episode ends when all of its agents' episodes ended on the same step (one match of a
 multi-agent env); each agent gives one row. Agents of a multi-agent env whose episodes end at
-different steps keep playing from the env's own reset until the last one ends.
+different steps keep playing from the env's own reset until the last one ends. With an
+``opponent``, agent 0 of every env plays the policy and every other agent the opponent (a fixed
+one: a league snapshot or another checkpoint), in a batched call of its own.
 """
 
 from __future__ import annotations
@@ -36,15 +38,19 @@ class SeededEpisode:
     """The env's unshaped score (NaN where the env does not shape its reward)."""
     length: int
     """Env steps."""
+    win: float = math.nan
+    """The match's outcome the env reported (``episode_win``: 1, 0.5 a draw, 0; NaN: none)."""
 
 
 class SeededEpisodes:
     """Plays ``episodes`` env episodes on ``envs`` (of one spec) with ``policy``."""
 
     def __init__(self, envs: list[MultiAgentEnv], policy: Policy, state_size: int, *,
-                 deterministic: bool, first_seed: int) -> None:
+                 deterministic: bool, first_seed: int, opponent: Policy | None = None) -> None:
         self.envs = envs
         self.policy = policy
+        self.opponent = opponent
+        """Plays every agent but agent 0 (None: the policy plays them all)."""
         self.deterministic = deterministic
         spec = envs[0].spec
         self.agents = spec.num_agents
@@ -58,6 +64,7 @@ class SeededEpisodes:
         self.lengths = np.zeros(rows, np.int64)
         self.ended = np.zeros(rows, bool)
         self.true_returns = np.full(rows, math.nan)
+        self.wins = np.full(rows, math.nan)
         self.seeds = [0] * len(envs)
         self.next_seed = first_seed
         self.generator = torch.Generator().manual_seed(first_seed)
@@ -72,17 +79,16 @@ class SeededEpisodes:
         for env in playing:
             self._start(env)
         rows: list[SeededEpisode] = []
-        shape = (-1, *self.envs[0].spec.action_shape)
         with torch.inference_mode():
             while playing:
                 active = torch.tensor([i * self.agents + a for i in playing
                                        for a in range(self.agents)])
-                obs = {k: v.index_select(0, active) for k, v in self.obs_t.items()}
-                out = self.policy.step(obs, self.rnn.index_select(0, active),
-                                       deterministic=self.deterministic,
-                                       generator=self.generator)
-                self.actions[active.numpy()] = out.actions.reshape(shape).numpy()
-                self.rnn.index_copy_(0, active, out.rnn_state)
+                if self.opponent is None:
+                    self._act(self.policy, active)
+                else:
+                    first = active % self.agents == 0
+                    self._act(self.policy, active[first])
+                    self._act(self.opponent, active[~first])
                 still = []
                 for i in playing:
                     finished = self._step(i)
@@ -97,6 +103,15 @@ class SeededEpisodes:
                 playing = still
         return sorted(rows, key=lambda e: (e.seed, e.agent))
 
+    def _act(self, policy: Policy, active: torch.Tensor) -> None:
+        """``policy``'s actions and next states for the rows ``active``."""
+        obs = {k: v.index_select(0, active) for k, v in self.obs_t.items()}
+        out = policy.step(obs, self.rnn.index_select(0, active),
+                          deterministic=self.deterministic, generator=self.generator)
+        self.actions[active.numpy()] = out.actions.reshape(
+            -1, *self.envs[0].spec.action_shape).numpy()
+        self.rnn.index_copy_(0, active, out.rnn_state)
+
     def _start(self, env: int) -> None:
         """Reset env ``env`` with the next seed into its rows."""
         rows = self._rows(env)
@@ -108,6 +123,7 @@ class SeededEpisodes:
         self.lengths[rows] = 0
         self.ended[rows] = False
         self.true_returns[rows] = math.nan
+        self.wins[rows] = math.nan
 
     def _step(self, env: int) -> list[SeededEpisode]:
         """Step env ``env``; the rows of its episode if every agent's has now ended."""
@@ -122,12 +138,14 @@ class SeededEpisodes:
         for agent in np.flatnonzero(done):
             self.true_returns[rows.start + agent] = infos[agent].get("episode_true_return",
                                                                      math.nan)
+            self.wins[rows.start + agent] = infos[agent].get("episode_win", math.nan)
         self.ended[rows] |= done
         if not self.ended[rows].all():
             return []
         return [SeededEpisode(self.seeds[env], a, float(self.returns[rows.start + a]),
                               float(self.true_returns[rows.start + a]),
-                              int(self.lengths[rows.start + a])) for a in range(self.agents)]
+                              int(self.lengths[rows.start + a]), float(self.wins[rows.start + a]))
+                for a in range(self.agents)]
 
     def _rows(self, env: int) -> slice:
         return slice(env * self.agents, (env + 1) * self.agents)

@@ -42,6 +42,11 @@ class Snapshot:
     time: float
 
 
+def snapshot_weights(path: str | Path) -> torch.Tensor:
+    """The weights vector a snapshot file holds (``KeyError``: the file is no snapshot)."""
+    return torch.load(path, weights_only=True)["weights"]
+
+
 class SnapshotStore:
     """The snapshots of ``folder``, read at construction and appended to by :meth:`add`."""
 
@@ -102,8 +107,7 @@ class SnapshotStore:
 
     def weights(self, snapshot: int) -> torch.Tensor:
         """The weights vector of snapshot ``snapshot``."""
-        entry = self.by_id[snapshot]
-        return torch.load(self.folder / entry.file, weights_only=True)["weights"]
+        return snapshot_weights(self.folder / self.by_id[snapshot].file)
 
     def newest(self, policy: int) -> Snapshot | None:
         """The newest snapshot of ``policy``, or None."""
