@@ -273,6 +273,10 @@ def make_play_env(params: TrainedPolicy, *, render: bool) -> Any:
     from sfbus_components.envs.action_bounds import bound_actions
 
     data = params.data
+    if data.agent_policies:  # the play loop gives every agent of an env the one policy played
+        raise EnjoyError(f"policy {params.policy} acts beside agents of other spaces "
+                         f"(agent_policies {data.agent_policies}); playing, evaluating or "
+                         "exporting a policy of heterogeneous agents is not supported yet")
     kwargs = dict(data.env_kwargs)
     if render and data.env.startswith(("gym:", "mujoco_")):
         kwargs.setdefault("render_mode", "rgb_array")

@@ -46,6 +46,12 @@ def test_predators_and_prey_each_train_their_own_model(tmp_path: Path) -> None:
     newest = [max((run_dir / "checkpoints" / f"policy_{policy}").glob("*.pt"))
               for policy in (0, 1)]
     assert [observation_widths(checkpoint) for checkpoint in newest] == [(16, 16), (14, 14)]
+    # the play loop acts for every agent with the one policy played: refused, not a traceback
+    played = subprocess.run([sys.executable, "-m", "sfbus", "enjoy", str(run_dir), "--policy",
+                             "1", "--episodes", "1"], capture_output=True, text=True, timeout=60)
+    assert played.returncode == 2, played.stderr[-3000:]
+    assert played.stderr.strip().splitlines()[-1].startswith(
+        "error: policy 1 acts beside agents of other spaces (agent_policies"), played.stderr
 
 
 @pytest.mark.parametrize(("mapping", "message"), [
