@@ -144,7 +144,11 @@ class Evaluator(Actor):
                       records: RunRecords) -> list[ArraySpec]:
         """None: the launcher's hook is where the policies named are checked against the run's
         (the population size is the record's), before anything starts."""
-        known = range(records[DataPath].params.num_policies)
+        data = records[DataPath].params
+        if data.agent_policies:  # its episodes give every agent of its env the policy scored
+            raise ValueError("the evaluator plays one policy for every agent of an env, but "
+                             "agent_policies gives agents of other spaces policies of their own")
+        known = range(data.num_policies)
         for policy in (*params.policies, *([params.opponent] if params.opponent >= 0 else [])):
             if policy not in known:
                 raise ValueError(f"policy {policy} is not one of the run's policies "

@@ -70,3 +70,16 @@ def test_a_mapping_across_spaces_is_a_located_error_at_validation(mapping: str,
     (line,) = done.stderr.strip().splitlines()  # one line, no traceback
     assert re.match(r"error: \S+pettingzoo_simple_tag\.yaml:\d+:\d+: ", line), line
     assert re.search(message, line), line
+
+
+def test_an_evaluator_beside_agent_policies_is_refused_at_validation() -> None:
+    # its episodes act for every agent of an env with the one policy it scores
+    done = subprocess.run(
+        [sys.executable, "-m", "sfbus", "validate", str(SIMPLE_TAG), "--set",
+         "processes.evaluator.actors.evaluator.class="
+         "sfbus_components.evaluation.evaluator:Evaluator"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert re.match(r"error: \S+pettingzoo_simple_tag\.yaml: actor 'evaluator': the evaluator "
+                    r"plays one policy for every agent of an env, but agent_policies", line), line
