@@ -91,8 +91,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check(args: argparse.Namespace, run_dir: Path) -> list[tuple[Any, Path, dict]]:
-    """Every policy to evaluate with its checkpoint, read before anything plays."""
+def _check(args: argparse.Namespace, run_dir: Path) -> list[tuple[Any, Path, dict, Any]]:
+    """Every policy to evaluate with its checkpoint and opponent (None: none), read before
+    anything plays."""
     if args.episodes < 1:
         raise EnjoyError(f"--episodes must be >= 1, not {args.episodes}")
     if args.envs < 1:

@@ -19,7 +19,8 @@ from the side of the lower policy id when that is a trained policy, into the pay
 the Elo ratings (:mod:`sfbus_components.league.ratings`); an opponent slot counts as the
 snapshot it holds when the match ends (a match that outlives a slot's reload is credited to the
 new snapshot), and an empty slot (a fresh network, before the first snapshot) is not rated.
-Every ``report_every_s`` the ratings go to Prometheus (``sfbus_league_rating{player}``),
+Every ``report_every_s`` the ratings go to Prometheus (``sfbus_league_rating{player}``, by
+role: ``policy:<id>``, ``newest_snapshot:<id>``, ``slot:<k>``),
 TensorBoard (``RUN_DIR/tensorboard/league``), PBT (``LeagueRatings``) and
 ``RUN_DIR/league/state.json`` (written atomically; a resumed run continues from it).
 """
@@ -140,8 +141,10 @@ class League(Actor):
         for snapshot in self.store.snapshots:  # one the state was not saved after (a crash)
             self.payoff.add_player(snapshot_player(snapshot.snapshot))
         family = self.metrics
-        self.m_rating = family.gauge_family("sfbus_league_rating", "Elo rating of a league "
-                                            "player (policy:<id> or snapshot:<id>)", ("player",))
+        self.m_rating = family.gauge_family(
+            "sfbus_league_rating", "Elo rating of a league player: policy:<id> (as it trains), "
+            "newest_snapshot:<id> (its newest snapshot), slot:<k> (the snapshot in slot k)",
+            ("player",))
         self.m_snapshots = self.metrics.gauge("snapshots", "Snapshots in the store")
         self.m_matches = self.metrics.counter("matches", "Matches recorded in the payoff table")
         self.m_loads = self.metrics.counter("slot_loads", "Snapshots loaded into opponent slots")
@@ -268,10 +271,10 @@ class League(Actor):
     def _report(self) -> None:
         """Ratings to Prometheus, TensorBoard and PBT; the state to ``state.json``."""
         ratings = self.payoff.ratings
-        shown = [policy_player(i) for i in range(self.trained)] + [
-            snapshot_player(s) for s in self.pool()]
-        for player in shown:
-            self.m_rating.labels(player).set(ratings.get(player, math.nan))
+        # Labels by role, a bounded set (the store grows): every snapshot's rating is in the state
+        for index, snapshot in enumerate(self.resident):
+            if snapshot is not None:
+                self.m_rating.labels(f"slot:{index}").set(ratings[snapshot_player(snapshot)])
         step = sum(self.frames.values())
         writer = self._tensorboard()
         for policy in range(self.trained):
@@ -279,6 +282,8 @@ class League(Actor):
             own = ratings[policy_player(policy)]
             of_snapshot = math.nan if newest is None else ratings[snapshot_player(newest.snapshot)]
             self.league_ratings.emit(LeagueRatings(policy, own, of_snapshot))
+            self.m_rating.labels(policy_player(policy)).set(own)
+            self.m_rating.labels(f"newest_snapshot:{policy}").set(of_snapshot)
             writer.add_scalar(f"league/rating_policy_{policy}", own, step)
             if newest is not None:
                 writer.add_scalar(f"league/rating_newest_snapshot_{policy}", of_snapshot, step)

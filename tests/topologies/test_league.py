@@ -99,7 +99,8 @@ def test_a_league_snapshots_serves_rates_and_resumes(tmp_path: Path) -> None:
     loads = metric_samples(run_dir, "league_slot_loads")
     assert sum(loads.values()) >= 2, loads  # both slots filled
     shown = metric_samples(run_dir, "sfbus_league_rating")
-    assert any("policy:0" in key for key in shown) and any("snapshot:0" in key for key in shown)
+    for role in ("policy:0", "newest_snapshot:0", "slot:0", "slot:1"):  # bounded labels
+        assert any(f"'{role}'" in key for key in shown), (role, shown)
     # no frozen opponent's trajectory reached the batcher: it saw only policy 0's
     assert sum(metric_samples(run_dir, "batcher_ignored_trajectories").values()) == 0
     assert list((run_dir / "tensorboard" / "league").glob("events.out.tfevents.*"))
