@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from sfbus_components.datapath.agent_policies import resolve_agent_policies
 from sfbus_components.envs import EnvSpec, env_spec
+from sfbus_components.envs.registry import check_installed
 from sfbus_components.models import ModelConfig
 from sfbus_components.models.policy import Policy
 from sfbus_components.models.registry import model_state_size
@@ -60,6 +61,8 @@ class DataPathParams:
     env's one space and the rollout's ``policy_mapping`` picks its policy per episode."""
 
     def __post_init__(self) -> None:
+        # First, and naming the field first: a topology's error then points at its `env:` line
+        check_installed(self.env)
         for name in ("rollout", "num_envs", "num_splits", "batch_size", "num_policies"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -11,6 +11,7 @@ the families, so that they and the registry can both import it.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 from dataclasses import dataclass
 
 
@@ -42,6 +43,21 @@ class EnvFamily:
     names: str = ""
     """Import path of ``names() -> list[str]``, the env names `known_envs` lists; empty for a
     family whose names are open-ended (``gym:<EnvId>``)."""
+
+    def check_installed(self, name: str) -> None:
+        """Raise `EnvNotInstalledError` for env ``name`` when a module of `requires` is not
+        installed: found without being imported, so cheap enough for every process that reads
+        a topology's settings (one that is installed but fails to import is found when the
+        env is made)."""
+        for module in self.requires:
+            if importlib.util.find_spec(module) is None:
+                raise self.not_installed(name, module, "is not installed")
+
+    def not_installed(self, name: str, module: str, why: str) -> EnvNotInstalledError:
+        """The error for env ``name`` whose package ``module`` ``why`` (is not installed, fails
+        to import): it names the `pip install` to run."""
+        return EnvNotInstalledError(f"env {name!r} needs the package {module}, which {why}: "
+                                    f"pip install '{self.install}'")
 
 
 def unknown_env(name: str, candidates: list[str], *, shown: list[str] | None = None,

@@ -24,7 +24,6 @@ from sfbus import ImportPathError, import_object
 from sfbus_components.envs.checks import EnvSpecError, adapt, check_env, import_path
 from sfbus_components.envs.family import (
     EnvFamily,
-    EnvNotInstalledError,
     UnknownEnvError,
     unknown_env,
 )
@@ -162,14 +161,31 @@ def families() -> dict[str, EnvFamily]:
     return {**FAMILIES, **_entry_point_families(), **_carried_families(), **_FAMILIES}
 
 
+def check_installed(name: str) -> None:
+    """Raise `EnvNotInstalledError` when env `name` is of a family whose packages are not
+    installed (nothing is imported: the data path's settings check it where they are read, so
+    the error points at the `env:` that named it)."""
+    if name in _REGISTRY or name in _carried() or name in _entry_points():
+        return  # a registered name: its own factory, whatever its prefix
+    family = _family_of(name, families())
+    if family is not None:
+        family.check_installed(name)
+
+
+def _family_of(name: str, known: dict[str, EnvFamily]) -> EnvFamily | None:
+    """The family of `known` whose prefix `name` starts with (the longest), or None."""
+    prefix = max((p for p in known if name.startswith(p)), key=len, default=None)
+    return None if prefix is None else known[prefix]
+
+
 def _resolve(name: str) -> Factory:
     registered = _registered(name)
     if registered is not None:
         return registered
     known = families()
-    prefix = max((p for p in known if name.startswith(p)), key=len, default=None)
-    if prefix is not None:
-        return _resolve_in(known[prefix], name)
+    family = _family_of(name, known)
+    if family is not None:
+        return _resolve_in(family, name)
     if ":" in name:
         return _import(name, name)
     raise _unknown(name, known)
@@ -183,8 +199,7 @@ def _resolve_in(family: EnvFamily, name: str) -> Factory:
         except ImportError as error:
             absent = isinstance(error, ModuleNotFoundError) and error.name == module
             why = "is not installed" if absent else f"fails to import ({error})"
-            raise EnvNotInstalledError(f"env {name!r} needs the package {module}, which {why}: "
-                                       f"pip install '{family.install}'") from None
+            raise family.not_installed(name, module, why) from None
     resolve = _import(family.resolve, name)
     return resolve(name)
 

@@ -80,17 +80,27 @@ def test_a_missing_family_package_names_its_extra(
                                 f"installed: pip install '{install}'")
 
 
-def test_a_missing_extra_is_one_located_error_at_validation() -> None:
+def test_a_missing_extra_is_one_located_error_at_validation(tmp_path: Path) -> None:
+    # at the `env:` that named the env, in the file that set it: the base file's through
+    # `extends:`, a child's own where it sets one
+    inherits, sets = tmp_path / "inherits.yaml", tmp_path / "sets.yaml"
+    base = ROOT / "topologies" / "atari_breakout.yaml"
+    inherits.write_text(f"extends: {base}\nsettings:\n  num_envs: 4\n")
+    sets.write_text(f"extends: {base}\nsettings:\n  num_envs: 4\n  env: atari_pong\n")
     blocked = ("import sys; sys.modules['ale_py'] = None; from sfbus.cli import main; "
-               "sys.exit(main(['validate', 'topologies/atari_breakout.yaml']))")
-    result = subprocess.run([sys.executable, "-c", blocked], cwd=ROOT, capture_output=True,
+               "sys.exit(max(main(['validate', f]) for f in sys.argv[1:]))")
+    result = subprocess.run([sys.executable, "-c", blocked, "topologies/atari_breakout.yaml",
+                             str(inherits), str(sets)], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
     lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1, result.stderr
-    location, _, message = lines[0].partition(" actor 'rollout': ")
-    assert location.startswith("error: topologies/") and location.endswith(":"), lines[0]
-    assert message == ("env 'atari_breakout' needs the package ale_py, which is not installed: "
-                       "pip install 'sfbus[atari]'")
+    assert result.returncode == 2 and len(lines) == 3, result.stderr
+    env_line = base.read_text().splitlines().index("  env: atari_breakout") + 1
+    expected = [(f"topologies/atari_breakout.yaml:{env_line}:8", "breakout"),
+                (f"{base}:{env_line}:8", "breakout"), (f"{sets}:4:8", "pong")]
+    for line, (where, game) in zip(lines, expected, strict=True):
+        assert line == (f"error: {where}: settings.env: env 'atari_{game}' needs the package "
+                        "ale_py, which is not installed: pip install 'sfbus[atari]' (parameter "
+                        "'env' of actor 'rollout')"), line
 
 
 @pytest.mark.usefixtures("clean_registry")
