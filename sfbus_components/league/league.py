@@ -51,7 +51,12 @@ from sfbus import (
     slot,
 )
 from sfbus_components.datapath.buffers import PolicyWeights, policy_array_specs
-from sfbus_components.datapath.messages import EpisodeFinished, LeagueRatings, TrainingStats
+from sfbus_components.datapath.messages import (
+    EpisodeFinished,
+    LeagueRatings,
+    PolicyReplaced,
+    TrainingStats,
+)
 from sfbus_components.datapath.record import DataPath, TrajectoryWriter
 from sfbus_components.league.mapping import LeagueMapping
 from sfbus_components.league.opponents import Weighting, draw_residents, opponent_probabilities
@@ -206,6 +211,12 @@ class League(Actor):
             if len(recent) == recent.maxlen \
                     and sum(recent) / len(recent) >= self.params.win_rate_threshold:
                 self._snapshot(msg.policy, "win_rate")
+
+    @slot
+    def on_policy_replaced(self, msg: PolicyReplaced) -> None:
+        """A PBT exchange made ``policy`` a copy of ``source``: it takes the source's rating."""
+        if msg.ok and msg.policy in self.published and msg.source in self.published:
+            self.payoff.take_rating(policy_player(msg.policy), policy_player(msg.source))
 
     # ----- the store and the slots -----------------------------------------------------------
 

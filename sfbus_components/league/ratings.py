@@ -62,6 +62,12 @@ class Payoff:
             self.ratings[player], self.ratings[opponent], score, self.k)
         self.matches += 1
 
+    def take_rating(self, player: str, source: str) -> None:
+        """``player`` is now a copy of ``source`` (a PBT exchange): it takes ``source``'s rating;
+        its results so far stay in the table, as the matches they were."""
+        self.add_player(source)
+        self.ratings[player] = self.ratings[source]
+
     def games(self, player: str, opponent: str) -> int:
         """Matches ``player`` played against ``opponent``."""
         return sum(self.table.get((player, opponent), (0, 0, 0)))

@@ -69,3 +69,12 @@ def test_state_round_trips_through_json() -> None:
     again = Payoff.from_state(json.loads(json.dumps(payoff.state())), k=8.0)
     assert again.table == payoff.table and again.ratings == payoff.ratings
     assert again.matches == 2 and again.k == 8.0
+
+
+def test_a_copied_policy_takes_its_sources_rating_and_keeps_its_results() -> None:
+    payoff = Payoff()
+    payoff.record("policy:0", "snapshot:0", 1.0)
+    payoff.record("policy:1", "snapshot:0", 0.0)
+    payoff.take_rating("policy:1", "policy:0")
+    assert payoff.ratings["policy:1"] == payoff.ratings["policy:0"] > INITIAL_RATING
+    assert payoff.table[("policy:1", "snapshot:0")] == [0, 0, 1]
