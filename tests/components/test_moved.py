@@ -73,3 +73,9 @@ def test_a_run_directory_of_the_flat_layout_resumes(tmp_path: Path) -> None:
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     log = (run_dir / "logs" / "learner.log").read_text()
     assert re.search(r"resumed from \S+checkpoint_\d+\.pt \(version \d+\)", log), log[-2000:]
+    # and plays back: enjoy reads env and model from the old snapshot's rollout actor
+    shutil.copy(FLAT, run_dir / "topology.yaml")  # the snapshot as written before the moves
+    played = subprocess.run([sys.executable, "-m", "sfbus", "enjoy", str(run_dir),
+                             "--episodes", "1", "--seed", "0"],
+                            capture_output=True, text=True, timeout=90, cwd=ROOT)
+    assert played.returncode == 0 and "env gym:CartPole-v1" in played.stdout, played.stderr
