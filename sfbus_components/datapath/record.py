@@ -3,9 +3,10 @@
 The rollout and inference workers and the learners list :class:`DataPath` in their ``records``
 (a batcher reads it when the run has one: a test's feeder makes a run without); the launcher
 computes it once from the topology (building the env's spec and one policy to count its
-weights), ``run.json`` keeps it, and each actor reads it from ``context.records[DataPath]`` (or
-the ``records`` of ``shared_arrays``) instead of deriving it again from the topology. A
-restarted process reads the same record.
+weights; with ``agent_policies`` one per policy, from its agents' own spec), ``run.json`` keeps
+it, and each actor reads it from ``context.records[DataPath]`` (or the ``records`` of
+``shared_arrays``) instead of deriving it again from the topology. A restarted process reads the
+same record.
 
 The data path's parameters are the rollout actor's: the topology's one
 :class:`TrajectoryWriter` (found by class, :meth:`sfbus.Topology.actors_of`), whose buffers are the

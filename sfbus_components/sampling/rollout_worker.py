@@ -16,7 +16,10 @@ With ``num_policies`` > 1 every agent gets a policy at each episode start from t
 split sends one request per policy acting in it, and a slot goes to the policy that acted for most
 of its steps (see :mod:`sfbus_components.sampling.policy_mapping`). A league's opponent slots
 (``opponent_slots``, :mod:`sfbus_components.league`) act the same way, but a slot they own goes
-straight back to the pool: their steps are never trained on. PBT's reward-shaping
+straight back to the pool: their steps are never trained on. With ``agent_policies``
+(heterogeneous agents) every agent's policy is fixed by name for the run and the splits keep each
+policy's observations and actions in its own arrays
+(:mod:`sfbus_components.sampling.heterogeneous_split`). PBT's reward-shaping
 coefficients arrive as ``HyperparamsChanged`` and are applied to the envs whose agents act with that
 policy.
 
