@@ -38,13 +38,15 @@ def parse_config(text: str) -> tuple[str, str, list[str]]:
     return name, topology or TOPOLOGY, [s for s in sets.split(",") if s]
 
 
-def train(name: str, topology: str, sets: list[str], frames: int, tmp: Path) -> Progress:
-    """Run ``topology`` to ``frames`` env frames with ``sets``; its progress records."""
+def train(name: str, topology: str, sets: list[str], frames: int, tmp: Path,
+          python: str = sys.executable, root: Path = ROOT) -> Progress:
+    """Run ``topology`` to ``frames`` env frames with ``sets`` (the checkout in ``root`` under
+    ``python``); its progress records."""
     run_dir = tmp / name
-    args = [sys.executable, "-m", "sfbus", "run", topology, "--max-frames", str(frames),
+    args = [python, "-m", "sfbus", "run", topology, "--max-frames", str(frames),
             "--run-dir", str(run_dir)] + [a for s in sets for a in ("--set", s)]
     print(f"{name}: {' '.join(args[2:])}", flush=True)
-    subprocess.run(args, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(args, cwd=root, check=True, stdout=subprocess.DEVNULL)
     run = read_progress(run_dir)
     run.name = name
     return run
@@ -75,23 +77,25 @@ def last_minute_fps(run: Progress) -> float:
     return (end_f - run.frames[start]) / max(end_t - run.time[start], 1e-9)
 
 
-def table(runs: list[Progress]) -> str:
-    """Markdown: one row per bar, columns per run, then Sample Factory's figures."""
+def table(runs: list[Progress], sample_factory: bool = True) -> str:
+    """Markdown: one row per bar, columns per run, then (optionally) Sample Factory's figures."""
+    sf_head, sf_rule = (" Sample Factory 2.1.1 |", " ---: |") if sample_factory else ("", "")
     head = "| mean reward reached | " + " | ".join(f"{r.name}: env frames, wall time"
-                                                 for r in runs) + " | Sample Factory 2.1.1 |"
-    rule = "| --- | " + " | ".join("---:" for _ in runs) + " | ---: |"
+                                                 for r in runs) + " |" + sf_head
+    rule = "| --- | " + " | ".join("---:" for _ in runs) + " |" + sf_rule
     rows = []
     for bar in BARS:
         cells = []
         for run in runs:
             hit = reached(run, bar)
             cells.append("not reached" if hit is None else f"{hit[0] / 1e3:,.0f}k, {hit[1]:.0f} s")
-        rows.append(f"| {bar:g} | " + " | ".join(cells) + f" | {SAMPLE_FACTORY[bar]} |")
+        sf = f" {SAMPLE_FACTORY[bar]} |" if sample_factory else ""
+        rows.append(f"| {bar:g} | " + " | ".join(cells) + " |" + sf)
     rows.append("| final mean reward | " + " | ".join(
         f"{final_reward(r):.1f} at {r.frames[-1] / 1e3:,.0f}k, {r.time[-1]:.0f} s" for r in runs)
-        + " | |")
+        + " |" + (" |" if sample_factory else ""))
     rows.append("| env frames/s, last minute | " + " | ".join(
-        f"{last_minute_fps(r):,.0f}" for r in runs) + " | ~3.0k |")
+        f"{last_minute_fps(r):,.0f}" for r in runs) + " |" + (" ~3.0k |" if sample_factory else ""))
     return "\n".join([head, rule, *rows])
 
 
