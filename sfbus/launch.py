@@ -9,10 +9,14 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sfbus.errors import BadInput, RunDirError
 from sfbus.rundir import RunLimits
 from sfbus.topology.model import Topology
+
+if TYPE_CHECKING:
+    from sfbus.routing import RoutingTable
 
 
 def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), *,
@@ -38,7 +42,6 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
     a limit is wrong (nothing was started).
     """
     from sfbus.loop import run as run_loop
-    from sfbus.routing import RoutingTable
     from sfbus.rundir import RunDirLock, append_history, check_run_dir, new_run_dir
     from sfbus.seeding import seeded
     from sfbus.supervisor import RunOptions, Supervisor
@@ -66,11 +69,7 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
             raise BadInput("sfbus run: give a topology file, or --resume RUN_DIR")
         else:
             loaded, overrides, drawn = seeded(os.fspath(topology), tuple(overrides))
-        table = RoutingTable(loaded)
-        if resume:  # the checkpoints against the run records of the settings as resumed
-            _ask_actors(loaded, "check_resume", directory, table.records,
-                        prefix=f"--resume {directory}: ")
-        _ask_actors(loaded, "check_limits", RunLimits(max_frames, max_seconds))
+        table = _checked_table(loaded, directory if resume else None, max_frames, max_seconds)
         # impossible sizes are bad input: check before starting
         check_shared_memory(table.array_specs(), free=True)
         port = loaded.run.metrics_port if metrics_port is None else metrics_port
@@ -103,6 +102,20 @@ def run(topology: str | os.PathLike[str] | None, overrides: Sequence[str] = (), 
 STOP_WITH_PARENT_ENV = "SFBUS_STOP_WITH_PARENT"
 """Environment variable: the pid of the process that started this run (a sweep); the run stops
 gracefully when that process dies, however it dies (SIGKILL included)."""
+
+
+def _checked_table(topology: Topology, resumed: Path | None, max_frames: int | None,
+                   max_seconds: float | None) -> RoutingTable:
+    """The topology's routing table, once the actors' own checks passed: a resumed run's
+    checkpoints against the run records of the settings as resumed, then the run's limits."""
+    from sfbus.routing import RoutingTable
+
+    table = RoutingTable(topology)
+    if resumed is not None:
+        _ask_actors(topology, "check_resume", resumed, table.records,
+                    prefix=f"--resume {resumed}: ")
+    _ask_actors(topology, "check_limits", RunLimits(max_frames, max_seconds))
+    return table
 
 
 def _ask_actors(topology: Topology, check: str, *arguments: object, prefix: str = "") -> None:
