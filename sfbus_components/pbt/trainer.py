@@ -24,7 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from sfbus import Actor, Seconds, Signal, Topology, import_actor_class, slot
+from sfbus import (
+    Actor,
+    ArraySpec,
+    RunRecords,
+    Seconds,
+    Signal,
+    Topology,
+    import_actor_class,
+    slot,
+)
 from sfbus_components.algo import AppoConfig
 from sfbus_components.datapath.messages import (
     EpisodeFinished,
@@ -132,6 +141,17 @@ class PopulationTrainer(Actor):
 
     hyperparams_changed = Signal(HyperparamsChanged, "a policy's PBT-managed hyperparameters")
     replace_policy = Signal(ReplacePolicy, "a weight exchange: target copies source")
+
+    @classmethod
+    def shared_arrays(cls, name: str, params: Any, topology: Topology,
+                      records: RunRecords) -> list[ArraySpec]:
+        """None: the launcher's hook refuses, before anything starts, a population whose
+        policies cannot take each other's weights (agent_policies of different spaces)."""
+        specs = records[DataPath].layout.policy_specs
+        if any(not spec.spaces_equal(specs[0]) for spec in specs):
+            raise ValueError("PBT copies weights between the policies, but agent_policies gives "
+                             "them agents of different spaces, so their models differ")
+        return []
 
     async def on_start(self) -> None:
         """Read the initial hyperparameters, resume a checkpoint, announce every policy's set."""

@@ -72,14 +72,21 @@ def test_a_mapping_across_spaces_is_a_located_error_at_validation(mapping: str,
     assert re.search(message, line), line
 
 
-def test_an_evaluator_beside_agent_policies_is_refused_at_validation() -> None:
+@pytest.mark.parametrize(("actor", "message"), [
     # its episodes act for every agent of an env with the one policy it scores
-    done = subprocess.run(
-        [sys.executable, "-m", "sfbus", "validate", str(SIMPLE_TAG), "--set",
-         "processes.evaluator.actors.evaluator.class="
-         "sfbus_components.evaluation.evaluator:Evaluator"],
-        capture_output=True, text=True, timeout=120)
+    ("processes.evaluator.actors.evaluator.class=sfbus_components.evaluation.evaluator:Evaluator",
+     "actor 'evaluator': the evaluator plays one policy for every agent of an env, but "
+     "agent_policies"),
+    # its exchanges copy one policy's weights into another
+    ("processes.learner.actors.pbt.class=sfbus_components.pbt.trainer:PopulationTrainer",
+     "actor 'pbt': PBT copies weights between the policies, but agent_policies gives them "
+     "agents of different spaces"),
+])
+def test_an_actor_needing_one_model_for_all_is_refused_at_validation(actor: str,
+                                                                      message: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "sfbus", "validate", str(SIMPLE_TAG), "--set",
+                           actor], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-3000:]
     (line,) = done.stderr.strip().splitlines()
-    assert re.match(r"error: \S+pettingzoo_simple_tag\.yaml: actor 'evaluator': the evaluator "
-                    r"plays one policy for every agent of an env, but agent_policies", line), line
+    assert re.match(r"error: \S+pettingzoo_simple_tag\.yaml: ", line), line
+    assert message in line, line
