@@ -116,40 +116,19 @@ def _check(args: argparse.Namespace, run_dir: Path) -> list[tuple[Any, Path, dic
 def read_opponent(path: Path, params: Any) -> Any:
     """The fixed opponent in ``path`` (a league snapshot or a learner checkpoint) as a policy of
     the run's env and model; ``EnjoyError`` when it is not one, or does not fit."""
-    import torch
-
     from sfbus_components.envs import env_spec
+    from sfbus_components.league.store import load_opponent
     from sfbus_components.models.policy import Policy
 
-    where = f"--opponent {path}"
-    try:
-        state = torch.load(path, weights_only=True, map_location="cpu")
-    except Exception as error:
-        raise EnjoyError(f"{where}: cannot read it ({type(error).__name__}: {error})") from None
     spec = env_spec(params.data.env, **params.data.env_kwargs)
     if spec.num_agents < 2:
-        raise EnjoyError(f"{where}: env {params.data.env} has one agent; an opponent plays "
-                         f"agents 1.. of a multi-agent env")
+        raise EnjoyError(f"--opponent {path}: env {params.data.env} has one agent; an opponent "
+                         f"plays agents 1.. of a multi-agent env")
     policy = Policy(spec, params.data.model)
-    tensors = policy.published_tensors()
-    if isinstance(state, dict) and isinstance(state.get("weights"), torch.Tensor):
-        weights = state["weights"]  # a league snapshot: the published weights vector
-        if weights.numel() != sum(t.numel() for t in tensors):
-            raise EnjoyError(f"{where}: a snapshot of {weights.numel()} weights; this run's "
-                             f"model has {sum(t.numel() for t in tensors)} (another model?)")
-        with torch.no_grad():
-            offset = 0
-            for tensor in tensors:
-                tensor.copy_(weights[offset:offset + tensor.numel()].view_as(tensor))
-                offset += tensor.numel()
-    elif isinstance(state, dict) and isinstance(state.get("policy"), dict):
-        try:
-            policy.load_state_dict(state["policy"])
-        except RuntimeError as error:
-            raise EnjoyError(f"{where}: does not fit this run's model "
-                             f"({str(error).splitlines()[0]})") from None
-    else:
-        raise EnjoyError(f"{where}: neither a league snapshot nor a learner checkpoint")
+    try:
+        load_opponent(path, policy)
+    except ValueError as error:
+        raise EnjoyError(f"--opponent {path}: {error}") from None
     return policy.prepare_for_inference()
 
 

@@ -12,7 +12,9 @@ pick up as they do a learner's (no process, no learner, no batcher per snapshot;
 snapshots in slots are resident). Every ``rotate_every_s`` it draws the slots' snapshots afresh
 from the pool (the newest ``pool_size``, all when 0) with the topology's weighting
 (:mod:`sfbus_components.league.opponents`); the rollout workers' mapping
-(:mod:`sfbus_components.league.mapping`) gives each match its opponent.
+(:mod:`sfbus_components.league.mapping`) gives each match its opponent. With
+``fixed_opponents`` the slots hold those files for the whole run instead (a best response to
+them), rated as players ``fixed:<i>``.
 
 Each ``EpisodeFinished`` with an opponent is one side of a match; the league records it once,
 from the side of the lower policy id when that is a trained policy, into the payoff table and
@@ -58,10 +60,11 @@ from sfbus_components.datapath.messages import (
     TrainingStats,
 )
 from sfbus_components.datapath.record import DataPath, TrajectoryWriter
+from sfbus_components.datapath.settings import build_policy
 from sfbus_components.league.mapping import LeagueMapping
 from sfbus_components.league.opponents import Weighting, draw_residents, opponent_probabilities
 from sfbus_components.league.ratings import Payoff, policy_player, snapshot_player
-from sfbus_components.league.store import SnapshotStore
+from sfbus_components.league.store import SnapshotStore, load_opponent
 
 STATE = "state.json"
 
@@ -95,6 +98,10 @@ class League(Actor):
         """Elo's K: rating points a result moves, times (score - expected)."""
         report_every_s: Interval = 5.0
         """Seconds between reports of the ratings (and saves of the state)."""
+        fixed_opponents: tuple[str, ...] = ()
+        """Files the opponent slots hold for the whole run instead of the store's draws, slot
+        ``k`` the file ``k mod n``: league snapshots or learner checkpoints of the same env and
+        model (training a best response to them); rated as players ``fixed:<i>``."""
 
     league_ratings = Signal(LeagueRatings, "a policy's rating and its newest snapshot's")
 
@@ -114,6 +121,11 @@ class League(Actor):
             raise ValueError(f"the league's opponent slots need its policy mapping; "
                              f"policy_mapping is {mapping!r}, set "
                              f"'sfbus_components.league.mapping:LeagueMapping'")
+        for file in params.fixed_opponents:  # read once here: a bad file is refused at launch
+            try:
+                load_opponent(file, build_policy(data))
+            except ValueError as error:
+                raise ValueError(f"fixed_opponents: {file}: {error}") from None
         size = data_path.weights_size(0)
         return [spec for s in range(data.opponent_slots)
                 for spec in policy_array_specs(data.num_policies + s, size)]
@@ -155,8 +167,13 @@ class League(Actor):
         self.m_loads = self.metrics.counter("slot_loads", "Snapshots loaded into opponent slots")
         self.m_snapshots.set(len(self.store))
         self.writer: Any = None
-        self._rotate()
-        self.every(p.rotate_every_s, self._rotate, "opponent draw")
+        self.fixed = [self._vector_of(file) for file in p.fixed_opponents]
+        """The fixed opponents' weights vectors (none: the slots hold the store's draws)."""
+        if self.fixed:
+            self._load_fixed()
+        else:
+            self._rotate()
+            self.every(p.rotate_every_s, self._rotate, "opponent draw")
         self.every(p.report_every_s, self._report, "ratings report")
         self.log.info("%s: %d snapshots in %s; %d opponent slots, drawn %s", self.name,
                       len(self.store), self.folder, len(self.slots), p.opponent_sampling)
@@ -199,8 +216,8 @@ class League(Actor):
             return
         if msg.opponent < self.trained:
             opponent = policy_player(msg.opponent)
-        elif (held := self.resident[msg.opponent - self.trained]) is not None:
-            opponent = snapshot_player(held)
+        elif (held := self._player_in(msg.opponent - self.trained)) is not None:
+            opponent = held
         else:
             return  # an empty slot: a fresh network, not a player
         self.payoff.record(policy_player(msg.policy), opponent, msg.win)
@@ -233,7 +250,7 @@ class League(Actor):
         self.m_snapshots.set(len(self.store))
         self.log.info("%s: snapshot %d of policy %d (version %d, %s frames): %s", self.name,
                       snapshot.snapshot, policy, version, f"{snapshot.env_frames:,}", reason)
-        if None in self.resident:
+        if None in self.resident and not self.fixed:
             self._load(self.resident.index(None), snapshot.snapshot)
         self._save()
 
@@ -266,15 +283,37 @@ class League(Actor):
         self.cache = {s: w for s, w in self.cache.items() if s in self.resident}
         self.m_loads.inc()
 
+    def _vector_of(self, file: str) -> torch.Tensor:
+        """A fixed opponent's published weights vector."""
+        policy = build_policy(self.context.records[DataPath].params)
+        load_opponent(file, policy)
+        return torch.cat([t.detach().reshape(-1).float() for t in policy.published_tensors()])
+
+    def _load_fixed(self) -> None:
+        """Publish the fixed opponents into the slots, for the whole run."""
+        for index, target in enumerate(self.slots):
+            target.publish([self.fixed[index % len(self.fixed)]], target.version + 1)
+            self.payoff.add_player(f"fixed:{index % len(self.fixed)}")
+            self.m_loads.inc()
+
+    def _player_in(self, index: int) -> str | None:
+        """The player opponent slot ``index`` holds (None: empty, a fresh network)."""
+        if self.fixed:
+            return f"fixed:{index % len(self.fixed)}"
+        held = self.resident[index]
+        return None if held is None else snapshot_player(held)
+
     def slots_intact(self) -> list[bool]:
-        """Whether each occupied slot still holds its snapshot's weights bit for bit (nothing
-        but the league writes a slot: no learner trains it)."""
+        """Whether each occupied slot still holds its snapshot's (or fixed opponent's) weights
+        bit for bit (nothing but the league writes a slot: no learner trains it)."""
         vector = torch.empty(self.size)
         intact = []
-        for target, snapshot in zip(self.slots, self.resident, strict=True):
-            if snapshot is not None:
+        for index, (target, snapshot) in enumerate(zip(self.slots, self.resident, strict=True)):
+            expected = self.fixed[index % len(self.fixed)] if self.fixed else (
+                None if snapshot is None else self.store.weights(snapshot))
+            if expected is not None:
                 target.read_into([vector])
-                intact.append(bool(torch.equal(vector, self.store.weights(snapshot))))
+                intact.append(bool(torch.equal(vector, expected)))
         return intact
 
     # ----- reports ---------------------------------------------------------------------------
@@ -283,9 +322,9 @@ class League(Actor):
         """Ratings to Prometheus, TensorBoard and PBT; the state to ``state.json``."""
         ratings = self.payoff.ratings
         # Labels by role, a bounded set (the store grows): every snapshot's rating is in the state
-        for index, snapshot in enumerate(self.resident):
-            if snapshot is not None:
-                self.m_rating.labels(f"slot:{index}").set(ratings[snapshot_player(snapshot)])
+        for index in range(len(self.slots)):
+            if (player := self._player_in(index)) is not None:
+                self.m_rating.labels(f"slot:{index}").set(ratings[player])
         step = sum(self.frames.values())
         writer = self._tensorboard()
         for policy in range(self.trained):

@@ -18,6 +18,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -45,6 +46,36 @@ class Snapshot:
 def snapshot_weights(path: str | Path) -> torch.Tensor:
     """The weights vector a snapshot file holds (``KeyError``: the file is no snapshot)."""
     return torch.load(path, weights_only=True)["weights"]
+
+
+def load_opponent(path: str | Path, policy: Any) -> None:
+    """Load a fixed opponent into ``policy`` (a fresh ``Policy`` of the run's env and model): a
+    league snapshot (its published weights vector) or a learner checkpoint (its ``policy``
+    state); ``ValueError`` saying why when the file is neither, unreadable or of another model."""
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as error:
+        raise ValueError(f"cannot read it ({type(error).__name__}: {error})") from None
+    tensors = policy.published_tensors()
+    size = sum(t.numel() for t in tensors)
+    if isinstance(state, dict) and isinstance(state.get("weights"), torch.Tensor):
+        weights = state["weights"]
+        if weights.numel() != size:
+            raise ValueError(f"a snapshot of {weights.numel()} weights; this run's model has "
+                             f"{size} (another model?)")
+        with torch.no_grad():
+            offset = 0
+            for tensor in tensors:  # the published order: parameters, then buffers
+                tensor.copy_(weights[offset:offset + tensor.numel()].view_as(tensor))
+                offset += tensor.numel()
+    elif isinstance(state, dict) and isinstance(state.get("policy"), dict):
+        try:
+            policy.load_state_dict(state["policy"])
+        except RuntimeError as error:
+            raise ValueError(f"does not fit this run's model "
+                             f"({str(error).splitlines()[0]})") from None
+    else:
+        raise ValueError("neither a league snapshot nor a learner checkpoint")
 
 
 class SnapshotStore:

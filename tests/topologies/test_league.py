@@ -118,6 +118,45 @@ def test_a_league_snapshots_serves_rates_and_resumes(tmp_path: Path) -> None:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_best_response_trains_against_a_fixed_opponent(tmp_path: Path) -> None:
+    import torch
+
+    from sfbus import load_topology
+    from sfbus_components.datapath.record import TrajectoryWriter
+    from sfbus_components.datapath.settings import build_policy
+    from sfbus_components.envs.matrix_game import ROCK_PAPER_SCISSORS
+    from sfbus_components.league.store import SnapshotStore
+
+    # a snapshot of a policy of the run's model that always plays rock (its actor's bias decides)
+    data = load_topology(LEAGUE_RPS).actors_of(TrajectoryWriter)[0].spec.params
+    rock = build_policy(data)
+    with torch.no_grad():
+        rock.model.actor.weight.zero_()
+        rock.model.actor.bias.copy_(torch.tensor([20.0, 0.0, 0.0]))
+    assert ROCK_PAPER_SCISSORS[1][0] == 1.0  # paper beats rock
+    store = SnapshotStore(tmp_path / "rock")
+    file = store.folder / store.add(0, 1, 0, torch.cat(
+        [t.detach().reshape(-1) for t in rock.published_tensors()]), "first").file
+    run_dir = tmp_path / "run"
+
+    def beats_it() -> bool:
+        state = league_state(run_dir)
+        rows = [row for row in state.get("payoff", {}).get("table", ())
+                if row[:2] == ["policy:0", "fixed:0"]]
+        return bool(rows) and sum(rows[0][2:]) >= 300 and rows[0][2] / sum(rows[0][2:]) > 0.6
+
+    run(str(LEAGUE_RPS), "--run-dir", str(run_dir), "--max-seconds", "60",
+        "--set", f"fixed_opponents=[{file}]", "--set", "policy_mapping_params.latest_ratio=0.0",
+        "--set", "report_every_s=0.5", "--set", "appo.lr=0.01", reached=beats_it)
+    state = league_state(run_dir)
+    assert beats_it(), state["payoff"]["table"]
+    assert state["resident"] == [None, None]  # no snapshot of the store was drawn
+    assert state["slots_intact"] == [True, True]  # both slots held the rock, bit for bit
+    assert {row[1] for row in state["payoff"]["table"] if row[0] == "policy:0"} == {"fixed:0"}
+
+
+@pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_league_duels_play_snapshots_in_vizdoom(tmp_path: Path) -> None:
