@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +11,7 @@ from sfbus.topology import load_topology
 from sfbus_components.learning.checkpoint import checkpoint_path, latest_checkpoint, load_checkpoint
 from sfbus_components.learning.population_member import snapshot_dir
 from sfbus_components.pbt.trainer import population_learners
+from tests.short_runs import records, run_until
 
 TOPOLOGIES = Path(__file__).parents[2] / "topologies"
 
@@ -32,17 +30,23 @@ def test_population_topologies_have_one_learner_per_policy(name: str, size: int)
 @pytest.mark.timeout(180)  # above the run's own limit
 def test_cartpole_population_mutates_and_exchanges_weights(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-m", "sfbus", "run", str(TOPOLOGIES / "cartpole_pbt4.yaml"),
-         "--run-dir", str(run_dir), "--max-frames", "100000", "--set", "interval=8000",
-         "--set", "mutation_rate=0.5", "--set", "initial_mutation=true",
-         "--set", "perturb_min=1.1", "--set", "perturb_max=1.5"],
-        capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert " raised " not in done.stderr, done.stderr[-3000:]
 
-    history = [json.loads(line) for line in (run_dir / "pbt_history.jsonl").read_text()
-               .splitlines()]
+    def exchanged_and_trained_on() -> bool:  # a policy that took weights trained them since
+        versions = {p: v.get("version", 0) for r in records(run_dir)
+                    for p, v in r["policies"].items()}  # each policy's last
+        return any(versions.get(str(e["policy"]), 0) > e["version"]
+                   for e in records(run_dir, "pbt_history.jsonl") if e["event"] == "exchange_done")
+
+    # stopped once that has happened: what is checked below (at most 100k frames)
+    code, err = run_until(
+        TOPOLOGIES / "cartpole_pbt4.yaml", run_dir, "--max-frames", "100000",
+        "--set", "interval=8000", "--set", "mutation_rate=0.5",
+        "--set", "initial_mutation=true", "--set", "perturb_min=1.1", "--set", "perturb_max=1.5",
+        "--set", "report_every_s=0.5", reached=exchanged_and_trained_on, timeout=120)
+    assert code in (0, 130), err[-3000:]  # 130: stopped here, gracefully
+    assert " raised " not in err, err[-3000:]
+
+    history = records(run_dir, "pbt_history.jsonl")
     assert any(entry.get("mutations") for entry in history), history
     # Sample Factory 2.x's initial diversity: every policy but 0 starts mutated
     initial = [e for e in history if e["event"] == "initial_mutation"]
