@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,12 +10,15 @@ import pytest
 from sfbus.routing import RoutingTable
 from sfbus.topology import load_topology
 from sfbus_components.datapath.settings import DataPathParams
+from tests.short_runs import records, run_until
 
 TOPOLOGIES = sorted((Path(__file__).parents[2] / "topologies").glob("*.yaml"))
 # Small enough for a 2-core CI machine, large enough that every actor does its job: at most 4
 # envs per rollout worker (a topology with fewer, such as selfplay_duel's one match, keeps its own).
 SMALL_ENVS = 4
 TESTS = Path(__file__).parents[1]
+LEARNER = "sfbus_components.learning.learner:Learner"
+STATS = "sfbus_components.monitoring.stats:Stats"
 # Topologies a test of their own already runs through `sfbus run` (longer, with its checks):
 # a brief run here would repeat it.
 RUN_ELSEWHERE = {
@@ -69,7 +70,12 @@ def test_the_gpu_default_differs_from_the_cpu_default_in_layout_only() -> None:
 @pytest.mark.parametrize("path", [p for p in TOPOLOGIES if p.stem not in RUN_ELSEWHERE],
                          ids=lambda p: p.stem)
 def test_topology_runs_briefly(path: Path, tmp_path: Path) -> None:
-    settings = load_topology(path).settings
+    """Up to 8 s of running, stopped gracefully as soon as every learner has trained on what the
+    rollout and inference workers sampled and a batcher batched (a version of its policy in the
+    progress records): by then every actor has done its job once."""
+    topology = load_topology(path)
+    settings = topology.settings
+    run_dir = tmp_path / "run"
     overrides = []
     if "num_envs" in settings:
         overrides = ["--set", f"num_envs={min(SMALL_ENVS, settings['num_envs'])}",
@@ -77,13 +83,20 @@ def test_topology_runs_briefly(path: Path, tmp_path: Path) -> None:
     if settings.get("mode") == "sync":  # a batch: one trajectory of each env of its 2 workers
         rollout = settings.get("rollout", DataPathParams.rollout)
         overrides = ["--set", "num_envs=2", "--set", f"batch_size={2 * 2 * rollout}"]
-    done = subprocess.run(
-        [sys.executable, "-m", "sfbus", "run", str(path), "--run-dir", str(tmp_path / "run"),
-         "--max-seconds", "8", *overrides],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert " raised " not in done.stderr, done.stderr[-3000:]
+    learners = {str(found.spec.params.policy) for found in topology.actors_of(LEARNER)}
+    reports = bool(topology.actors_of(STATS))
+    if reports:  # records often enough to see the first versions at once
+        overrides += ["--set", "report_every_s=0.5"]
+
+    def every_learner_trained() -> bool:
+        trained = {p for r in records(run_dir) for p, figures in r["policies"].items()
+                   if figures.get("version", 0) >= 1}
+        return reports and bool(learners) and trained >= learners
+
+    code, err = run_until(path, run_dir, "--max-seconds", "8", *overrides,
+                          reached=every_learner_trained, timeout=120)
+    assert code in (0, 130), err[-3000:]  # 130: stopped here, gracefully
+    assert " raised " not in err, err[-3000:]
 
 
 @pytest.mark.parametrize("stem", sorted(RUN_ELSEWHERE))
