@@ -24,20 +24,36 @@ def sfbus(*args: str, timeout: float = 200) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
+GRID = ("--grid", "appo.lr=1e-3,3e-4", "--grid", "model.mlp_layers=[32],[64,64]")
+PRODUCT = [["appo.lr=1e-3", "model.mlp_layers=[32]"], ["appo.lr=1e-3", "model.mlp_layers=[64,64]"],
+           ["appo.lr=3e-4", "model.mlp_layers=[32]"], ["appo.lr=3e-4", "model.mlp_layers=[64,64]"]]
+
+
+def test_a_two_by_two_grid_is_the_product_in_order(tmp_path: Path, capsys) -> None:
+    """The combinations a sweep runs, as its sweep.json lists them (written before any run
+    starts; a Slurm sweep writes the same record and starts none)."""
+    sweep_dir = tmp_path / "sweep"
+    assert main(["sweep", TOPOLOGY, *GRID, "--set", "num_envs=4", "--sweep-dir", str(sweep_dir),
+                 "--slurm", str(tmp_path / "s.sh")]) == 0, capsys.readouterr().err
+    runs = json.loads((sweep_dir / "sweep.json").read_text())["runs"]
+    assert [r["overrides"] for r in runs] == PRODUCT
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
-def test_two_by_two_sweep_runs_four_runs_and_plots_them(tmp_path: Path) -> None:
+def test_a_sweep_runs_its_runs_side_by_side_and_plots_them(tmp_path: Path) -> None:
+    """Two real runs at once, each with its combination's settings (the topology's own are lr
+    1e-3 and mlp_layers [64, 64]), then one plot of both. The order of a larger grid is
+    test_a_two_by_two_grid_is_the_product_in_order's, which starts no run."""
     sweep_dir = tmp_path / "sweep"
     done = sfbus("sweep", TOPOLOGY, "--grid", "appo.lr=1e-3,3e-4",
-                 "--grid", "model.mlp_layers=[32],[64,64]", "--set", "num_envs=4",
+                 "--grid", "model.mlp_layers=[32]", "--set", "num_envs=4",
                  "--parallel", "2", "--max-frames", "3000", "--sweep-dir", str(sweep_dir))
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     record = json.loads((sweep_dir / "sweep.json").read_text())
     runs = record["runs"]
-    assert [r["overrides"] for r in runs] == [
-        ["appo.lr=1e-3", "model.mlp_layers=[32]"], ["appo.lr=1e-3", "model.mlp_layers=[64,64]"],
-        ["appo.lr=3e-4", "model.mlp_layers=[32]"], ["appo.lr=3e-4", "model.mlp_layers=[64,64]"]]
-    assert [r["exit_code"] for r in runs] == [0, 0, 0, 0]
+    assert [r["overrides"] for r in runs] == [PRODUCT[0], PRODUCT[2]]
+    assert [r["exit_code"] for r in runs] == [0, 0]
     for run in runs:
         run_dir = Path(run["run_dir"])
         settings = yaml.safe_load((run_dir / "topology.yaml").read_text())["settings"]
