@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 TOPOLOGY = "topologies/league_rps.yaml"
 DOC = "league.md"
 PLOT = "league_rps_{rounds}_rounds.png"  # beside DOC
-SECTION = "## League vs plain self-play: rock-paper-scissors, {rounds} rounds a match"
+SECTION = "## League vs plain self-play: rock-paper-scissors, matches of {rounds} round(s)"
 COMMON = ["rotate_every_s=0.5", "report_every_s=1"]
 AGENTS = {
     "self-play": ["policy_mapping_params={latest_ratio: 1.0}"],
@@ -328,9 +328,9 @@ def report(out: dict[str, Any], args: argparse.Namespace, command: str) -> str:
     return "\n".join([
         f"`{command}` (this machine: {machine()}; {seconds} of wall time beside other work).",
         "",
-        f"Game: rock-paper-scissors, {args.rounds} rounds a match, each agent seeing its own and "
-        "its opponent's last action (`sfbus_components.envs.matrix_game`); its one "
-        "equilibrium is uniform play. Every run stops at "
+        f"Game: rock-paper-scissors, matches of {args.rounds} round(s), each agent seeing its own "
+        "and its opponent's last action in the match (`sfbus_components.envs.matrix_game`; "
+        "with one round, nothing); its one equilibrium is uniform play. Every run stops at "
         f"{args.frames:,} env frames (of all agents); seeds {', '.join(map(str, args.seeds))}.",
         "",
         f"- `{TOPOLOGY}` settings: `{settings(args.rounds)}`, and for every run "
