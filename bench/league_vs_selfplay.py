@@ -1,10 +1,12 @@
 """A league agent against a plain self-play agent on repeated rock-paper-scissors (#38 item 1,
 "show it matters").
 
-``python -m bench.league_vs_selfplay [--frames N] [--seeds K] [--matches M] [--write-docs]``
+``python -m bench.league_vs_selfplay [--frames N] [--seeds S ...] [--matches M] [--rounds R]
+[--work-dir DIR] [--write-docs]``
 
 The game is ``topologies/league_rps.yaml``'s: 8 rounds of rock-paper-scissors a match, each
-agent seeing its own and its opponent's previous action (``sfbus_components.envs.matrix_game``).
+agent seeing its own and its opponent's previous action (``sfbus_components.envs.matrix_game``;
+``--rounds 1``: plain rock-paper-scissors, nothing to see).
 Its only equilibrium is uniform play, so every other policy is exploitable, and plain self-play
 is known to chase its own current strategy round the cycle instead of settling there. For each
 of ``--seeds`` seeds, every run stopped at the same ``--frames`` env frames (of all agents):
@@ -25,8 +27,10 @@ of ``--seeds`` seeds, every run stopped at the same ``--frames`` env frames (of 
    return and 0.5 win rate at the equilibrium. The same exact figures for every snapshot the
    runs stored show how each agent's exploitability moves as it trains.
 
-Every run is bounded by env frames, so the machine's load changes the wall time, not the
-figures, but for ``rotate_every_s`` (the league redraws its slots every 0.5 s of wall time).
+Every run is bounded by env frames, so the machine's load changes the wall time more than the
+figures; it still moves them, as training is asynchronous (the policy lag, and the league
+redraws its slots every 0.5 s of wall time): a seed fixes the first weights and the draws, not
+the run (docs/benchmarks/league.md).
 """
 
 from __future__ import annotations
