@@ -4,7 +4,9 @@ Exit codes: 0 finished, 1 failed at run time, 2 bad input (nothing started), 130
 Commands that need more than the kernel (``enjoy``, ``plot``, ...) register themselves under the
 ``sfbus.commands`` entry-point group, each naming a function ``register(subparsers)`` that adds
 its sub-parser and sets ``func`` (taking the parsed args, returning the exit code); the kernel
-never imports them by name. Options of ``sfbus run`` that only components read (the several
+never imports them by name. An entry named as its command is the only one loaded when that command
+runs (the others may import torch: seconds per start); every one loads for help or a name no entry
+has. Options of ``sfbus run`` that only components read (the several
 nodes' ``--nodes``, ...) register the same way under ``sfbus.run_options``: a function
 ``register(run_parser)`` adds them and returns what applies them to the parsed arguments before
 the run starts, returning a suffix for a new run directory's name ('' for none) or raising
@@ -133,8 +135,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(BAD_INPUT, f"error: {self.prog}: {one_line(message)} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser, with the kernel's commands and every registered extension."""
+KERNEL_COMMANDS = ("run", "validate", "graph", "clean")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser, with the kernel's commands and the registered extensions: all of
+    them, or only the one whose entry is named ``command`` where there is one."""
     parser = _Parser(prog="sfbus", description="Asynchronous RL on a message bus.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--app-dir", default=".", metavar="DIR",
@@ -177,9 +183,25 @@ def build_parser() -> argparse.ArgumentParser:
                            description=cmd_clean.__doc__)
     clean.set_defaults(func=cmd_clean)
 
-    for entry in entry_points(group="sfbus.commands"):
+    extensions = entry_points(group="sfbus.commands")
+    if command in KERNEL_COMMANDS:
+        extensions = ()
+    elif command in extensions.names:
+        extensions = extensions.select(name=command)
+    for entry in extensions:
         entry.load()(sub)
     return parser
+
+
+def command_name(argv: list[str]) -> str | None:
+    """The command ``argv`` names: its first word after the global options (None: none)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--app-dir":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 def _topology_args(parser: argparse.ArgumentParser, optional: bool = False) -> None:
@@ -194,7 +216,7 @@ def _topology_args(parser: argparse.ArgumentParser, optional: bool = False) -> N
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
-    parser = build_parser()
+    parser = build_parser(command_name(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if not os.path.isdir(args.app_dir):  # a typo would only show later as a missing module
         parser.error(f"argument --app-dir: {args.app_dir}: no such directory")

@@ -397,3 +397,24 @@ def test_a_topology_name_too_long_for_a_file_name_still_gets_its_run_directory(
     assert main(["--app-dir", root, "run", str(topology)]) == 0  # was ENAMETOOLONG, exit 1
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert run_dir.name.startswith("x" * 200 + "-") and len(run_dir.name.encode()) < 255
+
+
+def test_a_kernel_command_loads_no_extension_and_help_loads_them_all() -> None:
+    """`sfbus validate` of a kernel topology starts without torch (the extensions import it:
+    seconds per start); the commands' names still all appear in the help and the usage error."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from sfbus.cli import main; code = main(sys.argv[1:]); "
+             "print('torch loaded' if 'torch' in sys.modules else 'no torch'); sys.exit(code)")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", probe, *args], capture_output=True,
+                              text=True, timeout=120)
+
+    kernel = cli("-v", "validate", SUM_DEMO)
+    assert kernel.returncode == 0 and "no torch" in kernel.stdout, kernel.stderr[-2000:]
+    assert cli("export", "--help").returncode == 0  # an extension still runs by its name
+    for listing in (cli("--help"), cli("no-such-command")):
+        for name in ("enjoy", "export", "plot", "eval", "sweep", "push", "pull", "import-sf"):
+            assert name in listing.stdout + listing.stderr, listing.stderr[-2000:]
