@@ -118,6 +118,15 @@ class RolloutProgress(Message, frozen=True):
     """The same frames by the policy that acted (index = policy id); empty for one policy."""
 
 
+class TrainingResumed(Message, frozen=True):
+    """The learner of ``policy`` resumed from a checkpoint at the run's first start: the run's
+    frame counts (``--max-frames``, the status line, ``progress.jsonl``) go on from the env
+    frames that checkpoint trained on, as Sample Factory's go on from its ``env_steps``."""
+
+    policy: int
+    env_frames: int
+
+
 # Population-based training: the PBT actor (sfbus_components.pbt.trainer) to the learners and
 # rollout workers, and the learners back.
 

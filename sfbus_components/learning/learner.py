@@ -51,6 +51,7 @@ from sfbus_components.datapath.messages import (
     PolicyReplaced,
     ReplacePolicy,
     SlotsReleased,
+    TrainingResumed,
     TrainingStats,
     WeightsUpdated,
 )
@@ -88,6 +89,7 @@ class Learner(Actor):
     weights_updated = Signal(WeightsUpdated, "new weights are published")
     training_stats = Signal(TrainingStats, "losses and health figures of one training step")
     policy_replaced = Signal(PolicyReplaced, "this learner now trains a copy of another policy")
+    training_resumed = Signal(TrainingResumed, "resumed from a checkpoint at the run's start")
 
     data: DataPathParams
     """The run's data path: env, model, T, batch size, mode, seed (from ``build``)."""
@@ -179,6 +181,8 @@ class Learner(Actor):
                     # --max-frames counts on from the frames trained before the resume, as
                     # Sample Factory's train_for_env_steps counts from a checkpoint's env_steps
                     self.context.add_progress(self.training.env_frames)
+                    self.training_resumed.emit(TrainingResumed(p.policy,
+                                                               self.training.env_frames))
         if restore_published(self.weights, self.training):  # newer than the checkpoint
             self.log.warning("%s: restarted; continues from the weights it published last "
                              "(version %d)", self.name, self.training.version)

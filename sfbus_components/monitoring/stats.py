@@ -1,7 +1,9 @@
 """The runner's statistics: frame rates, episode returns, policy lag and losses; logs and metrics.
 
 Every ``report_every_s`` it logs one line per run and appends a JSON record to
-``<run_dir>/progress.jsonl`` (what ``sfbus plot`` and the learning-speed figures read): per policy
+``<run_dir>/progress.jsonl`` (what ``sfbus plot`` and the learning-speed figures read): the env
+frames collected (a resumed run's on from the frames its checkpoints trained on, as
+``--max-frames`` counts them), the frame rates, and per policy
 the moving means of the last ``average_episodes`` episodes (return, length, true return and each
 number the envs report in ``episode_extra_stats``) and every training figure of the learner's
 last step.
@@ -24,6 +26,7 @@ from sfbus_components.datapath.messages import (
     TRAINING_FIGURES,
     EpisodeFinished,
     RolloutProgress,
+    TrainingResumed,
     TrainingStats,
 )
 from sfbus_components.monitoring.status import progress_bar, status_line
@@ -181,6 +184,15 @@ class Stats(Actor):
         for policy, frames in enumerate(msg.policy_frames):
             if frames:
                 self._policy(policy).frames += frames
+
+    @slot
+    def on_training_resumed(self, msg: TrainingResumed) -> None:
+        """Count on from the frames a resumed learner's checkpoint trained on, as the run's
+        ``--max-frames`` does (not frames collected now: the frame rates leave them out)."""
+        self.frames += msg.env_frames
+        self.history = deque((t, frames + msg.env_frames) for t, frames in self.history)
+        if self._totals is not None:
+            self._totals[0] = self.frames
 
     @slot
     def on_training_stats(self, msg: TrainingStats) -> None:

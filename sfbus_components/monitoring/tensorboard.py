@@ -15,7 +15,8 @@ Listens to the same signals as the statistics actor (``sfbus_components.monitori
 every scalar's step is a count of env frames. Episode figures and the frame rate are written
 once per ``report_every_s`` window, over the window's episodes (a fast env finishes hundreds of
 episodes per second), at the frames collected so far: the sum of the rollout workers' progress
-reports, the ``env_frames`` of ``progress.jsonl``, so they line up with ``sfbus plot``. The
+reports (a resumed run's on from the frames its checkpoints trained on), the ``env_frames`` of
+``progress.jsonl``, so they line up with ``sfbus plot``. The
 learner's figures are written once per training step at the frames that learner has trained on
 (its ``TrainingStats.env_frames``, Sample Factory's step for them too): exact per step and
 continued across a resume. A figure that is NaN (not measured) is not written.
@@ -39,6 +40,7 @@ from sfbus_components.datapath.messages import (
     EpisodeFinished,
     HyperparamsChanged,
     RolloutProgress,
+    TrainingResumed,
     TrainingStats,
 )
 from sfbus_components.monitoring.wandb_sink import WandbConfig, WandbSink
@@ -141,6 +143,14 @@ class TensorBoardWriter(Actor):
     def on_rollout_progress(self, msg: RolloutProgress) -> None:
         """Count env frames: the step of every scalar."""
         self.frames += msg.frames
+
+    @slot
+    def on_training_resumed(self, msg: TrainingResumed) -> None:
+        """Count on from the frames a resumed learner's checkpoint trained on, as
+        ``progress.jsonl`` does (the frame rate leaves them out)."""
+        then, frames = self._last
+        self.frames += msg.env_frames
+        self._last = (then, frames + msg.env_frames)
 
     @slot
     def on_training_stats(self, msg: TrainingStats) -> None:

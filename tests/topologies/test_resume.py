@@ -49,10 +49,16 @@ def test_sigterm_checkpoints_and_resume_continues_from_it(tmp_path: Path) -> Non
     log = (run_dir / "logs" / "learner.log").read_text()
     assert re.search(rf"resumed from \S+ \(version {version}\)", log), log[-2000:]
     records = progress(run_dir)
+    assert len(records) > first_records
+    # the resumed run's frames count on from the checkpoint's, as --max-frames does: its very
+    # first record (0.5 s in) has them, so the progress bar and ETA start where the run stands
+    assert all(r["env_frames"] >= trained for r in records[first_records:]), \
+        (trained, [r["env_frames"] for r in records[first_records:]])
     # --max-frames counts on from the frames the checkpoint trained on (Sample Factory's
     # train_for_env_steps from its env_steps): the resumed run collects about 4000, not
     # trained + 4000 of its own
-    assert 0 < records[-1]["env_frames"] < trained + 4000 and len(records) > first_records
+    collected = records[-1]["env_frames"] - trained
+    assert 4000 <= collected < trained + 4000, (trained, collected)
     versions = [r["policies"]["0"].get("version", 0) for r in records]
     assert max(versions) > version
 

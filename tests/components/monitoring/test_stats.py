@@ -1,12 +1,14 @@
-"""The statistics actor's env metrics: averaged per policy over the reward's episodes, bounded."""
+"""The statistics actor's env metrics: averaged per policy over the reward's episodes, bounded;
+its frames on from a resumed checkpoint's."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
 
-from sfbus_components.datapath.messages import EpisodeFinished
+from sfbus_components.datapath.messages import EpisodeFinished, RolloutProgress, TrainingResumed
 from sfbus_components.monitoring.stats import Stats
 from sfbus_components.sampling.extra_stats import MAX_NAMES_PER_POLICY
 
@@ -51,3 +53,15 @@ async def test_names_beyond_the_bound_are_dropped_with_one_warning(stats: Stats,
         f"stats: policy 0's envs reported more than {MAX_NAMES_PER_POLICY} names of "
         f"episode_extra_stats: 'stat_{MAX_NAMES_PER_POLICY}' and later ones are dropped"]
     assert stats.policies[0].episodes == MAX_NAMES_PER_POLICY + 5  # every episode still counts
+
+
+async def test_a_resumed_run_counts_on_from_its_checkpoint_but_not_in_the_rate(
+        stats: Stats, caplog) -> None:
+    stats.on_training_resumed(TrainingResumed(policy=0, env_frames=1_000_000))
+    await asyncio.sleep(0.2)
+    stats.on_rollout_progress(RolloutProgress(worker=0, frames=500))
+    with caplog.at_level(logging.INFO):
+        stats.report()
+    assert stats.frames == 1_000_500 and "frames 1,000,500 |" in caplog.records[-1].getMessage()
+    # only the 500 collected in the >= 0.2 s since the start: at most 2,500 per second
+    assert 0 < stats.fps(10.0) <= 2_500

@@ -18,6 +18,7 @@ from sfbus_components.datapath.messages import (
     EpisodeFinished,
     HyperparamsChanged,
     RolloutProgress,
+    TrainingResumed,
     TrainingStats,
 )
 from sfbus_components.monitoring.tensorboard import TensorBoardWriter
@@ -32,6 +33,7 @@ class Emitter(Actor):
     rollout_progress = Signal(RolloutProgress)
     training_stats = Signal(TrainingStats)
     hyperparams_changed = Signal(HyperparamsChanged)
+    training_resumed = Signal(TrainingResumed)
 
 
 def topology(folder: str) -> Topology:
@@ -46,7 +48,7 @@ def topology(folder: str) -> Topology:
                                         params),)),
     ), tuple(ConnectionSpec("emitter", signal, "tensorboard", f"on_{signal}")
              for signal in ("episode_finished", "rollout_progress", "training_stats",
-                            "hyperparams_changed")))
+                            "hyperparams_changed", "training_resumed")))
 
 
 def training_stats(policy: int, loss: float, env_frames: int = 256) -> TrainingStats:
@@ -73,6 +75,26 @@ def scalars(folder: str) -> dict[str, list[tuple[int, float]]]:
     events.Reload()
     return {tag: [(e.step, e.value) for e in events.Scalars(tag)]
             for tag in events.Tags()["scalars"]}
+
+
+async def test_a_resumed_run_counts_on_from_the_frames_its_checkpoint_trained_on(tmp_path):
+    folder = str(tmp_path / "tb")
+    async with hosted(topology(folder), "inproc") as actors:
+        emitter: Emitter = actors["emitter"]
+        board: TensorBoardWriter = actors["tensorboard"]
+        emitter.training_resumed.emit(TrainingResumed(policy=0, env_frames=1_000_000))
+        emitter.rollout_progress.emit(RolloutProgress(worker=0, frames=500))
+        emitter.episode_finished.emit(EpisodeFinished(0, episode_return=1.0, length=5, frames=20))
+        await until(lambda: 0 in board.episodes)
+        await asyncio.sleep(0.2)
+        board.write()
+    first = scalars(f"{folder}/0")
+    # the axis goes on from the checkpoint's frames, as progress.jsonl's env_frames does
+    assert first["reward/reward"] == [(1_000_500, 1.0)]
+    # but the frame rate counts only the 500 collected since the start (>= 0.2 s ago): at most
+    # 2,500/s, where the axis's 1,000,500 frames would make it that only after 400 s
+    ((step, fps),) = first["perf/_fps"]
+    assert step == 1_000_500 and 0 < fps <= 2_500
 
 
 @pytest.mark.parametrize("transport", ["inproc", "ipc"])
