@@ -33,6 +33,11 @@ class ActorContext:
     """The run's stop conditions, for actors that show progress towards them."""
     records: RunRecords = field(default_factory=RunRecords)
     """The run records computed at launch (``records[DataPath]``), the same in every process."""
+    hosted: frozenset[str] = frozenset()
+    """The processes whose actors share this actor's loop (its own; every one in serial mode).
+    At a stop their actors stop one after another, in reverse topology order; the actors of
+    other processes stop at the same time, and what they send from ``on_stop`` arrives while
+    this loop's actors stop (an ``async`` slot still runs then, until ``on_stop`` returns)."""
     _attached: dict[str, SharedArray] = field(default_factory=dict)
     pools: list[SlotPool] = field(default_factory=list)
 

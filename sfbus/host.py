@@ -89,7 +89,7 @@ class ProcessHost:
                     replica=instance.replica, table=self.table, array_specs=self.array_specs,
                     flush=self.bus.flush, send_now=self.bus.send_now,
                     request_stop=self.request_stop, add_progress=self.add_progress,
-                    limits=self.limits, records=self.records,
+                    limits=self.limits, records=self.records, hosted=frozenset(self.hosted),
                 )
                 spec = actor_instance.spec
                 actor = actor_instance.cls(actor_instance.name, spec.params, context)

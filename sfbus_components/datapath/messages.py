@@ -116,6 +116,8 @@ class RolloutProgress(Message, frozen=True):
     frames: int
     policy_frames: tuple[int, ...] = ()
     """The same frames by the policy that acted (index = policy id); empty for one policy."""
+    final: bool = False
+    """The worker's last report, sent as it stops: every frame it stepped is reported."""
 
 
 class TrainingResumed(Message, frozen=True):

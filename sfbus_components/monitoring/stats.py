@@ -11,6 +11,7 @@ last step.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import sys
@@ -34,6 +35,11 @@ from sfbus_components.sampling.extra_stats import MAX_NAMES_PER_POLICY
 
 # Windows for the frame rate, in seconds (the paper and Sample Factory report 10 s and 60 s).
 _FPS_WINDOWS = (10.0, 60.0)
+# The longest wait at a stop for the rollout workers' last reports: they send them at once on
+# Stop, which reaches every process together. At most a quarter of the run's stop timeout: the
+# rest is left to the actors that stop after this one in its process (the learner's final
+# checkpoint).
+_FINAL_REPORTS_WAIT_S = 2.0
 
 
 @dataclass
@@ -116,6 +122,10 @@ class Stats(Actor):
         self._policy_fps_metric = family.gauge_family(
             "sfbus_runner_policy_fps", "Env frames per second collected by a policy's agents "
             "(10 s)", ("policy",))
+        self._awaited_workers = self._workers_elsewhere()
+        self._final_reports = asyncio.Event()
+        if not self._awaited_workers:
+            self._final_reports.set()
         self.live = self.params.live == "on" or (self.params.live == "auto"
                                                  and sys.stderr.isatty())
         self.every(self.params.report_every_s, self.report)
@@ -123,8 +133,22 @@ class Stats(Actor):
             self.every(1.0, self.draw)
 
     async def on_stop(self) -> None:
-        """Write the run's last record (a run shorter than ``report_every_s`` has one too) and
-        end the live line so the shell prompt starts on a fresh one."""
+        """Write the run's last record (a run shorter than ``report_every_s`` has one too), once
+        the rollout workers of other processes sent their last reports, and end the live line
+        so the shell prompt starts on a fresh one.
+
+        A worker on this actor's own loop (serial mode) stops after it, in reverse topology
+        order: the frames it stepped since its last report are not in that record."""
+        if not self._final_reports.is_set():
+            assert self.context is not None  # only the workers of a run are awaited
+            wait = min(_FINAL_REPORTS_WAIT_S, self.context.table.topology.run.stop_timeout_s / 4)
+            try:
+                await asyncio.wait_for(self._final_reports.wait(), wait)
+            except TimeoutError:  # a worker dead at the stop (restarting) sends none
+                self.log.warning("%s: no last progress report from rollout workers %s within "
+                                 "%g s: the last record misses the frames they stepped since "
+                                 "their previous one", self.name, sorted(self._awaited_workers),
+                                 wait)
         self.report()
         if self.live:
             self.draw()
@@ -174,9 +198,24 @@ class Stats(Actor):
                 values = stats.extra[name] = deque(maxlen=self.params.average_episodes)
             values.append(value)
 
+    def _workers_elsewhere(self) -> set[int]:
+        """The rollout workers of other processes that report to this actor: at a stop they
+        stop together with it, and the run's last record waits for their last reports."""
+        if self.context is None:
+            return set()
+        table = self.context.table
+        senders = (table.actors[edge.source] for edge in table.edges
+                   if edge.target == self.name and edge.slot == "on_rollout_progress")
+        return {sender.replica for sender in senders if sender.process not in self.context.hosted}
+
     @slot
-    def on_rollout_progress(self, msg: RolloutProgress) -> None:
-        """Count frames collected by a rollout worker."""
+    async def on_rollout_progress(self, msg: RolloutProgress) -> None:
+        """Count frames collected by a rollout worker (``async``: the mailbox delivers the
+        workers' last reports while ``on_stop`` waits for them)."""
+        if msg.final:
+            self._awaited_workers.discard(msg.worker)
+            if not self._awaited_workers:
+                self._final_reports.set()
         self.frames += msg.frames
         self._frames_metric.inc(msg.frames)
         if self._totals is not None:

@@ -172,7 +172,9 @@ class RolloutWorker(TrajectoryWriter):
         return AgentPolicies(mapping, p.acting_policies, p.num_envs, num_agents, p.num_splits)
 
     async def on_stop(self) -> None:
-        """Log the slot audit, close every env and stop their watchdog."""
+        """Report the frames stepped since the last report (the run's last progress record
+        waits for them), log the slot audit, close every env and stop their watchdog."""
+        self._report_progress(final=True)
         if hasattr(self, "splits"):
             self.faults.audit([split.slots for split in self.splits
                                if split.index not in self.paused])
@@ -314,7 +316,7 @@ class RolloutWorker(TrajectoryWriter):
         if self.faults.poll_batchers():
             self._slots_back()
 
-    def _report_progress(self) -> None:
+    def _report_progress(self, final: bool = False) -> None:
         # The metrics too are counted here, not per step: a Prometheus increment in multiprocess
         # mode costs a few microseconds, a noticeable share of a split step's own work.
         self._m_frames.inc(self.frames_since_report)
@@ -322,5 +324,5 @@ class RolloutWorker(TrajectoryWriter):
         self._failures_reported = self.envs.failures
         by_policy = () if self.population is None else self.population.take_frames()
         self.rollout_progress.emit(RolloutProgress(self.worker, self.frames_since_report,
-                                                   by_policy))
+                                                   by_policy, final))
         self.frames_since_report = 0

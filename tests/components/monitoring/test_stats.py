@@ -59,7 +59,7 @@ async def test_a_resumed_run_counts_on_from_its_checkpoint_but_not_in_the_rate(
         stats: Stats, caplog) -> None:
     stats.on_training_resumed(TrainingResumed(policy=0, env_frames=1_000_000))
     await asyncio.sleep(0.2)
-    stats.on_rollout_progress(RolloutProgress(worker=0, frames=500))
+    await stats.on_rollout_progress(RolloutProgress(worker=0, frames=500))
     with caplog.at_level(logging.INFO):
         stats.report()
     assert stats.frames == 1_000_500 and "frames 1,000,500 |" in caplog.records[-1].getMessage()
