@@ -20,7 +20,9 @@ default rollout workers (one per core) and 16 envs each, but for the first two, 
 9. Sample Factory 2.1.1's own duel self-play (``doom_duel``, its PBT) in its venv
    (:mod:`bench.sample_factory`), configured as ``selfplay_duel.yaml``: 4 policies, its rollout
    workers, matches per worker and splits (:func:`selfplay_layout`), rollout 32, batch 512,
-   reward scale 0.5, one-minute matches.
+   reward scale 0.5, one-minute matches; 10. ``topologies/league_duel.yaml``, case 7's population
+   whose learners meet frozen snapshots in half the matches (two opponent slots served by the
+   same inference actors; their frames count, as every agent's frames do, but never train).
 
 Rates and CPU shares are measured as in :mod:`bench.throughput` (its ``Window``).
 """
@@ -50,6 +52,8 @@ CASES = {
     "sim_bots": ("simulation: single player + 1 bot", "doom_deathmatch", {"num_bots": 1}),
     "sim_duel": ("simulation: networked duels", "doom_duel", {}),
     "selfplay": ("self-play training, 4 policies", "topologies/selfplay_duel.yaml", []),
+    "league_duel": ("league self-play training, 4 policies + 2 opponent slots",
+                    "topologies/league_duel.yaml", []),
     "sf_selfplay": ("Sample Factory 2.1.1: self-play training, 4 policies", "doom_duel",
                     ["--num_policies=4", "--with_pbt=True", "--pbt_period_env_steps=5000000",
                      "--pbt_replace_reward_gap_absolute=0.35", "--batch_size=512",
@@ -75,7 +79,7 @@ def run(key: str, warmup: float, seconds: float) -> tt.Window:
         envs = AGENTS_PER_CORE // (2 if key == "sim_duel" else 1)
         return throughput.pure_simulation(topology, os.cpu_count() or 1, envs, warmup, seconds,
                                           dict(sets))
-    common = COMMON if key != "selfplay" else REPORTING_SETS
+    common = REPORTING_SETS if key in ("selfplay", "league_duel") else COMMON
     # the case's own settings last: they override the common ones
     args = [topology, *(a for s in [*common, *sets] for a in ("--set", s))]
     with tempfile.TemporaryDirectory(prefix="sfbus-bench-") as tmp:
@@ -98,6 +102,9 @@ COMPARISONS = (
                                 "without one."),
     ("selfplay", "sf_selfplay", "Self-play duel training runs at {r:.2f}x Sample Factory's own "
                                 "(its doom_duel PBT, same policies, matches and batch)."),
+    ("league_duel", "sf_selfplay", "League duel training (half the matches against frozen "
+                                   "snapshots) runs at {r:.2f}x Sample Factory's duel self-play."),
+    ("league_duel", "selfplay", "League duel training runs at {r:.2f}x plain self-play."),
     ("sim_duel", "sim_bots", "Networked duels simulate at {r:.2f}x the agent frames of "
                              "single-player games with a bot (the paper: 2-3x slower)."),
 )
