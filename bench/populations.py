@@ -1,9 +1,9 @@
 """Throughput of a population vs one policy, and of batched vs non-batched sampling.
 
-``python -m bench.populations [--seconds S] [--warmup W] [--write-docs]`` runs four full-training
-cases one after another, each in fresh processes under ``sfbus run``, all with the machine's
-default rollout workers (one per core) and 16 envs each, but for the first two, which run
-``pbt8``'s 32:
+``python -m bench.populations [--seconds S] [--warmup W] [--cases A,B] [--write-docs]`` runs the
+cases below one after another, each in fresh processes, the sfbus training cases under ``sfbus
+run`` with the machine's default rollout workers (one per core) and 16 envs each, but for the
+first two, which run ``pbt8``'s 32, and the duels, which keep their topology's layout:
 
 1. one policy on ``pbt8``'s scenario and data path (defend_the_center with its reward shaping,
    batch 2048): ``topologies/doom_basic.yaml`` with those settings;
