@@ -107,6 +107,10 @@ class EpisodeFinished(Message, frozen=True):
     """The numbers the env reported for the episode in ``info["episode_extra_stats"]`` (name,
     value), as in Sample Factory; checked and bounded where the episode ends
     (:func:`sfbus_components.sampling.extra_stats.episode_extra_stats`)."""
+    opponent_versions: tuple[int, int] = (-1, -1)
+    """The weights versions the opponent acted with at the episode's first step and at its last
+    (-1: not known): a league's opponent slot holds one snapshot per version, so a match whose
+    slot was reloaded in between had no single opponent."""
 
 
 class RolloutProgress(Message, frozen=True):

@@ -19,8 +19,9 @@ them), rated as players ``fixed:<i>``.
 Each ``EpisodeFinished`` with an opponent is one side of a match; the league records it once,
 from the side of the lower policy id when that is a trained policy, into the payoff table and
 the Elo ratings (:mod:`sfbus_components.league.ratings`); an opponent slot counts as the
-snapshot it holds when the match ends (a match that outlives a slot's reload is credited to the
-new snapshot), and an empty slot (a fresh network, before the first snapshot) is not rated.
+snapshot it held at the weights version the match was played with
+(:mod:`sfbus_components.league.slot_history`): a match across a slot's reload, and one against an
+empty slot (a fresh network, before the first snapshot), are not rated.
 Every ``report_every_s`` the ratings go to Prometheus (``sfbus_league_rating{player}``, by
 role: ``policy:<id>``, ``newest_snapshot:<id>``, ``slot:<k>``),
 TensorBoard (``RUN_DIR/tensorboard/league``), PBT (``LeagueRatings``) and
@@ -64,6 +65,7 @@ from sfbus_components.datapath.settings import build_policy
 from sfbus_components.league.mapping import LeagueMapping
 from sfbus_components.league.opponents import Weighting, draw_residents, opponent_probabilities
 from sfbus_components.league.ratings import Payoff, policy_player, snapshot_player
+from sfbus_components.league.slot_history import SlotHistory
 from sfbus_components.league.store import SnapshotStore, load_opponent
 
 STATE = "state.json"
@@ -145,6 +147,7 @@ class League(Actor):
                       for s in range(data.opponent_slots)]
         self.resident: list[int | None] = [None] * data.opponent_slots
         """The snapshot in each opponent slot (None: empty, a fresh network)."""
+        self.history = SlotHistory(data.opponent_slots)
         self.cache: dict[int, torch.Tensor] = {}
         """The weights of the resident snapshots (only those)."""
         self.rng = np.random.default_rng([data.seed, 0x1EA6])
@@ -216,10 +219,11 @@ class League(Actor):
             return
         if msg.opponent < self.trained:
             opponent = policy_player(msg.opponent)
-        elif (held := self._player_in(msg.opponent - self.trained)) is not None:
+        elif (held := self.history.player(msg.opponent - self.trained,
+                                          msg.opponent_versions)) is not None:
             opponent = held
         else:
-            return  # an empty slot: a fresh network, not a player
+            return  # an empty slot (a fresh network), or a reload during the match
         self.payoff.record(policy_player(msg.policy), opponent, msg.win)
         self.m_matches.inc()
         if msg.opponent >= self.trained:
@@ -278,7 +282,9 @@ class League(Actor):
         if weights is None:
             weights = self.cache[snapshot] = self.store.weights(snapshot)
         target = self.slots[index]
-        target.publish([weights], target.version + 1)
+        version = target.version + 1
+        target.publish([weights], version)
+        self.history.loaded(index, version, snapshot_player(snapshot))
         self.resident[index] = snapshot
         self.cache = {s: w for s, w in self.cache.items() if s in self.resident}
         self.m_loads.inc()
@@ -292,8 +298,10 @@ class League(Actor):
     def _load_fixed(self) -> None:
         """Publish the fixed opponents into the slots, for the whole run."""
         for index, target in enumerate(self.slots):
-            target.publish([self.fixed[index % len(self.fixed)]], target.version + 1)
-            self.payoff.add_player(f"fixed:{index % len(self.fixed)}")
+            version, player = target.version + 1, f"fixed:{index % len(self.fixed)}"
+            target.publish([self.fixed[index % len(self.fixed)]], version)
+            self.history.loaded(index, version, player)
+            self.payoff.add_player(player)
             self.m_loads.inc()
 
     def _player_in(self, index: int) -> str | None:

@@ -189,7 +189,13 @@ class Split:
                     float(info.get("episode_true_return", math.nan)),
                     float(info.get("episode_win", math.nan)),
                     -1 if other is None else int(policies[a + other]),
-                    episode_extra_stats(info)))
+                    episode_extra_stats(info),
+                    (-1, -1) if other is None else self._versions_of(a + other)))
+
+    def _versions_of(self, row: int) -> tuple[int, int]:
+        """Agent ``row``'s weights versions at its episode's first step and at this step (not
+        tracked here: one policy, no league)."""
+        return -1, -1
 
 
 class TableSplit(Split):
@@ -268,10 +274,15 @@ class PopulationSplit(TableSplit):
         self.row_slots = wiring.row_slots
         self.apply_shaping = wiring.envs.apply_shaping
         self.frameskip = self.buffer.layout.spec.frameskip
+        self.versions = self.buffer.numpy.get("versions")  # None: a heterogeneous worker's view
+        self.first_versions = np.full(self.rows, -1, np.int64)
+        """Each row's weights version at its episode's first step (-1: not acted yet)."""
 
     def step(self) -> None:
         """Step, then record who acted at ``t``; agents whose episode ended switch policy."""
         t = self.t
+        if self.versions is not None and (fresh := self.first_versions < 0).any():
+            self.first_versions[fresh] = self.versions[self.slots[fresh], t]
         super().step()
         self.step_policies[self.slots, t] = self.policies
         self.population.count_frames(self.index, self.frameskip)
@@ -305,3 +316,10 @@ class PopulationSplit(TableSplit):
         for j, info in enumerate(infos):
             if "episode_return" in info:
                 self.population.ended.append(self.first_row + a + j)
+                self.first_versions[a + j] = -1
+
+    def _versions_of(self, row: int) -> tuple[int, int]:
+        """Agent ``row``'s weights versions at its episode's first step and at this step."""
+        if self.versions is None:
+            return -1, -1
+        return int(self.first_versions[row]), int(self.versions[self.slots[row], self.t])

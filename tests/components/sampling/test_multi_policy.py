@@ -63,7 +63,17 @@ class FakePbt(Actor):
     hyperparams_changed = Signal(HyperparamsChanged)
 
 
-def topology(env: str = "gym:CartPole-v1", **overrides: Any) -> Topology:
+class CountingInference(MarkedInference):
+    """The marked inference worker whose policies' weights versions go up by one at every pass
+    (a learner publishing between any two passes)."""
+
+    def _serve_policy(self, served: Any, requests: list[InferenceRequest]) -> None:
+        served.version += 1
+        super()._serve_policy(served, requests)
+
+
+def topology(env: str = "gym:CartPole-v1", inference: str = "MarkedInference",
+             **overrides: Any) -> Topology:
     """Rollout worker, the marked inference worker and the rollout test's collector."""
     params = RolloutParams(env=env, rollout=T, num_envs=4, num_splits=2, batch_size=4 * T,
                            model=ModelConfig(core="none", mlp_layers=(8,)), seed=5,
@@ -74,7 +84,7 @@ def topology(env: str = "gym:CartPole-v1", **overrides: Any) -> Topology:
         ProcessSpec("sampler", (ActorSpec("rollout",
                 "sfbus_components.sampling.rollout_worker:RolloutWorker",
                                           params),)),
-        ProcessSpec("infer", (ActorSpec("inference", f"{here}:MarkedInference",
+        ProcessSpec("infer", (ActorSpec("inference", f"{here}:{inference}",
                                         InferenceWorker.Params(device="cpu")),)),
         ProcessSpec("collect", (ActorSpec("collector", f"{rollout_tests}:StandInCollector",
                                           None),
@@ -135,3 +145,21 @@ async def test_reward_shaping_follows_the_agents_policy() -> None:
             await wait_until(lambda seen=seen: len(collector.episodes) >= seen + 8)
             for e, env in enumerate(worker.envs.envs):
                 assert env.reward_shaping == {"bonus": 10.0 + worker.agent_policy[e]}
+
+
+async def test_a_match_reports_its_opponents_versions_at_its_first_and_last_step() -> None:
+    # Versions go up at every pass of a policy, and with one split every step of a match is one
+    # pass of its opponent's policy: a match of 8 rounds spans exactly 7 versions of it.
+    rounds = 8
+    topo = topology(env="sfbus_components.envs.matrix_game:make_matrix_game",
+                    inference="CountingInference", env_kwargs={"rounds": rounds}, num_envs=2,
+                    num_splits=1, batch_size=4 * T)
+    async with hosted(topo) as actors:
+        collector = actors["collector"]
+        await wait_until(lambda: len(collector.episodes) >= 24, timeout=30)
+        matches = [e for e in collector.episodes if e.opponent >= 0]
+    assert len(matches) >= 24
+    for match in matches:
+        first, last = match.opponent_versions
+        assert match.length == rounds
+        assert first > 0 and last - first == rounds - 1, match
