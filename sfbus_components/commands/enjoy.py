@@ -7,7 +7,9 @@ reads the same, from its settings). The newest
 checkpoint of that policy is loaded into a fresh policy, which then plays episodes in one env in
 this process with the evaluator's loop (:mod:`sfbus_components.evaluation.episode_player`): the way
 the rollout and inference workers act, observations through the normalizer in eval mode, RNN state
-carried between steps and zeroed after an agent's episode ends.
+carried between steps and zeroed after an agent's episode ends. In a run of heterogeneous agents
+(``agent_policies``) the policy acts for its own agents only, each other agent with its own
+policy's newest checkpoint, and only its agents' episodes are printed.
 
 Video convention: one frame per step, the frame the agent saw when it chose that step's action
 (the first is the episode's reset frame). A video of N steps has N frames; the frame after an
@@ -26,7 +28,7 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,14 +104,17 @@ def enjoy(args: argparse.Namespace) -> int:
         check_writable_file(video, "--video")
     print(f"policy {params.policy} of {run_dir}: {path.name} (version {state['version']}, "
           f"{state['env_frames']:,} env frames), env {params.data.env}")
-    env = make_play_env(params, render=video is not None)
+    env = make_play_env(params, render=video is not None, agents_own_policies=True)
     writer = None
     try:
-        policy = build_from_checkpoint(env.spec, params, state)
+        players, counted = agents_players(run_dir, params, state, env.spec)
+        if len(counted) < env.spec.num_agents:
+            print(f"agents {', '.join(env.spec.agent_names[a] for a in counted)} play policy "
+                  f"{params.policy}; the others their own policies' newest checkpoints")
         if video is not None:
             render, default_fps = frame_source(env, params.data.env)
             writer = VideoWriter(video, args.fps or default_fps, render)
-        episodes = play(policy, params.data.state_size, env, args.episodes,
+        episodes = play(players, counted, params.data.state_size, env, args.episodes,
                         deterministic=args.deterministic,
                         max_steps=args.max_steps, seed=args.seed,
                         on_frame=writer.append if writer else None)
@@ -242,11 +247,34 @@ def build_from_checkpoint(spec: Any, params: TrainedPolicy, state: dict) -> Any:
     return policy.prepare_for_inference()
 
 
-def play(policy: Any, state_size: int, env: Any, episodes: int, *,
-         deterministic: bool = False, max_steps: int | None = None, seed: int | None = None,
-         on_frame: Callable[[], None] | None = None) -> list[Episode]:
-    """Play until ``episodes`` agent-episodes end, the RNN state ``state_size`` wide: return,
-    length, the env's unshaped score (true return) and whether ``max_steps`` cut it.
+def agents_players(run_dir: Path, params: TrainedPolicy, state: dict,
+                   spec: Any) -> tuple[list[Any], list[int]]:
+    """Who acts for each agent of the env, and the agents whose episodes count: the checkpoint
+    ``state`` of policy ``params`` for every agent; in a run of heterogeneous agents
+    (``agent_policies``) for its own agents only, each other agent acting with its policy's
+    newest checkpoint."""
+    data = params.data
+    if not data.agent_policies:
+        played = build_from_checkpoint(spec, params, state)
+        return [played] * spec.num_agents, list(range(spec.num_agents))
+    from sfbus_components.datapath.agent_policies import resolve_agent_policies
+
+    table, specs = resolve_agent_policies(spec, data.agent_policies, data.num_policies)
+    by_policy = {params.policy: build_from_checkpoint(specs[params.policy], params, state)}
+    for other in sorted(set(table) - {params.policy}):
+        trained = learner_params(run_dir, other)
+        by_policy[other] = build_from_checkpoint(specs[other], trained,
+                                                 read_checkpoint(run_dir, trained, None)[1])
+    return ([by_policy[p] for p in table],
+            [agent for agent, p in enumerate(table) if p == params.policy])
+
+
+def play(players: Sequence[Any], counted: Iterable[int], state_size: int, env: Any,
+         episodes: int, *, deterministic: bool = False, max_steps: int | None = None,
+         seed: int | None = None, on_frame: Callable[[], None] | None = None) -> list[Episode]:
+    """Play until ``episodes`` episodes of the ``counted`` agents end, agent ``i`` acting with
+    ``players[i]``, the RNN state ``state_size`` wide: return, length, the env's unshaped score
+    (true return) and whether ``max_steps`` cut it.
 
     ``on_frame`` is called before every step (the frame the agent is about to act on).
     """
@@ -256,27 +284,37 @@ def play(policy: Any, state_size: int, env: Any, episodes: int, *,
 
     player = EpisodePlayer(env, state_size, deterministic, max_steps=max_steps,
                            before_step=on_frame)
-    agents = env.spec.num_agents
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a batch of one row: more threads only contend for the cores
     try:
-        player.start([policy] * agents, range(agents), seed)
+        player.start(players, list(counted), seed)
         player.play(sys.maxsize, episodes)  # in one go: no event loop to yield to
     finally:
         torch.set_num_threads(threads)
     return player.episodes[:episodes]
 
 
-def make_play_env(params: TrainedPolicy, *, render: bool) -> Any:
-    """The env the policy of ``params`` trained on (``render``: with frames for a video)."""
+def check_one_policy_for_all(params: TrainedPolicy) -> None:
+    """Refuse (``EnjoyError``) a policy of a run of heterogeneous agents where one policy is to
+    act for every agent of the env (evaluating, exporting, pushing)."""
+    if params.data.agent_policies:
+        raise EnjoyError(f"policy {params.policy} acts beside agents of other spaces "
+                         f"(agent_policies {params.data.agent_policies}); evaluating, exporting "
+                         "or pushing a policy of heterogeneous agents is not supported yet "
+                         "(sfbus enjoy plays it)")
+
+
+def make_play_env(params: TrainedPolicy, *, render: bool,
+                  agents_own_policies: bool = False) -> Any:
+    """The env the policy of ``params`` trained on (``render``: with frames for a video); a
+    run of heterogeneous agents only where each agent gets its own policy
+    (``agents_own_policies``: :func:`agents_players`)."""
     from sfbus_components.envs import make_env
     from sfbus_components.envs.action_bounds import bound_actions
 
     data = params.data
-    if data.agent_policies:  # the play loop gives every agent of an env the one policy played
-        raise EnjoyError(f"policy {params.policy} acts beside agents of other spaces "
-                         f"(agent_policies {data.agent_policies}); playing, evaluating or "
-                         "exporting a policy of heterogeneous agents is not supported yet")
+    if not agents_own_policies:
+        check_one_policy_for_all(params)
     kwargs = dict(data.env_kwargs)
     if render and data.env.startswith(("gym:", "mujoco_")):
         kwargs.setdefault("render_mode", "rgb_array")

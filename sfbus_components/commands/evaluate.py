@@ -27,6 +27,7 @@ from sfbus import BadInput
 from sfbus_components.commands.enjoy import (
     EnjoyError,
     build_from_checkpoint,
+    check_one_policy_for_all,
     check_seeds,
     learners,
     make_play_env,
@@ -105,6 +106,7 @@ def _check(args: argparse.Namespace, run_dir: Path) -> list[tuple[Any, Path, dic
         if policy not in found:
             raise EnjoyError(f"--policy {policy}: {run_dir} has no such policy (it trains "
                              f"{', '.join(str(p) for p in sorted(found))})")
+        check_one_policy_for_all(found[policy])
     if args.checkpoint not in (None, "best") and len(wanted) > 1:
         raise EnjoyError(f"--checkpoint {args.checkpoint}: a file holds one policy; choose it "
                          f"with --policy")

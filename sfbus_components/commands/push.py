@@ -170,8 +170,10 @@ def _film(params: Any, state: dict, video: Path) -> None:
         render, fps = frame_source(env, params.data.env)
         writer = VideoWriter(video, fps, render)
         try:
-            play(build_from_checkpoint(env.spec, params, state), params.data.state_size, env, 1,
-                 max_steps=_VIDEO_MAX_STEPS, seed=0, on_frame=writer.append)
+            agents = env.spec.num_agents
+            play([build_from_checkpoint(env.spec, params, state)] * agents, range(agents),
+                 params.data.state_size, env, 1, max_steps=_VIDEO_MAX_STEPS, seed=0,
+                 on_frame=writer.append)
         finally:
             writer.close()
     except EnjoyError as error:

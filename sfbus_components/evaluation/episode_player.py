@@ -2,6 +2,8 @@
 
 Each agent acts the way the rollout and inference workers make it act: observations through its
 policy's normalizer, the RNN state carried between steps and zeroed when the agent's episode ends.
+An env of heterogeneous agents (``EnvSpec.agent_specs``) takes one observation dict and one action
+array per agent; each policy then acts for its own agents, their rows stacked.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -48,9 +50,13 @@ class EpisodePlayer:
         self.max_steps = max_steps
         """Steps after which every running episode is cut and the env reset; None: no limit."""
         self.before_step = before_step
-        self.obs = spec.empty_obs()
-        self.obs_t = {k: torch.from_numpy(v) for k, v in self.obs.items()}  # views of self.obs
-        self.actions = spec.empty_actions()
+        self.heterogeneous = spec.heterogeneous
+        self.obs: Any = spec.empty_agent_obs() if self.heterogeneous else spec.empty_obs()
+        self.obs_t: Any = ([{k: torch.from_numpy(v) for k, v in o.items()} for o in self.obs]
+                           if self.heterogeneous  # views of self.obs
+                           else {k: torch.from_numpy(v) for k, v in self.obs.items()})
+        self.actions: Any = ([np.zeros(s.action_shape, s.action_dtype) for s in spec.agent_specs]
+                             if self.heterogeneous else spec.empty_actions())
         self.rnn = torch.zeros(spec.num_agents, state_size)
         self.returns = np.zeros(spec.num_agents)
         self.lengths = np.zeros(spec.num_agents, np.int64)
@@ -80,7 +86,6 @@ class EpisodePlayer:
     def play(self, steps: int, wanted: int) -> None:
         """Step up to ``steps`` times, stopping once ``wanted`` episodes finished; raises
         EnvError when the env breaks."""
-        shape = (-1, *self.spec.action_shape)
         with torch.inference_mode():
             for _ in range(steps):
                 if len(self.episodes) >= wanted:
@@ -88,10 +93,9 @@ class EpisodePlayer:
                 if self.before_step is not None:
                     self.before_step()
                 for policy, agents in self.groups:
-                    obs = {k: v.index_select(0, agents) for k, v in self.obs_t.items()}
-                    out = policy.step(obs, self.rnn.index_select(0, agents),
+                    out = policy.step(self._obs_of(agents), self.rnn.index_select(0, agents),
                                       deterministic=self.deterministic)
-                    self.actions[agents.numpy()] = out.actions.reshape(shape).numpy()
+                    self._set_actions(agents, out.actions.numpy())
                     self.rnn.index_copy_(0, agents, out.rnn_state)
                 rewards, terminated, truncated, infos = self.env.step_into(self.actions, self.obs)
                 self.returns += rewards
@@ -110,6 +114,21 @@ class EpisodePlayer:
                     for agent in np.flatnonzero((self.lengths > 0) & self.counted):
                         self._finish(agent, math.nan, cut=True)
                     self._restart(None)
+
+    def _obs_of(self, agents: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The observations of ``agents`` (one policy's), a row each."""
+        if self.heterogeneous:
+            rows = [self.obs_t[a] for a in agents.tolist()]
+            return {k: torch.stack([row[k] for row in rows]) for k in rows[0]}
+        return {k: v.index_select(0, agents) for k, v in self.obs_t.items()}
+
+    def _set_actions(self, agents: torch.Tensor, actions: np.ndarray) -> None:
+        """Write the actions one policy chose for ``agents`` (a row each)."""
+        if self.heterogeneous:
+            for agent, row in zip(agents.tolist(), actions, strict=True):
+                self.actions[agent][...] = row.reshape(self.actions[agent].shape)
+            return
+        self.actions[agents.numpy()] = actions.reshape(-1, *self.spec.action_shape)
 
     def _finish(self, agent: int, true_return: float, cut: bool) -> None:
         self.episodes.append(Episode(float(self.returns[agent]), int(self.lengths[agent]),

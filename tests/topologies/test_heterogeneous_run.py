@@ -1,6 +1,6 @@
 """pettingzoo_simple_tag.yaml through the real CLI: predators and prey of different observation
-spaces train side by side, each policy with its own model; a mapping that sends an agent to a
-policy of another space is one located error before anything starts."""
+spaces train side by side, each policy with its own model, and play back side by side; a mapping
+that sends an agent to a policy of another space is one located error before anything starts."""
 
 from __future__ import annotations
 
@@ -46,12 +46,18 @@ def test_predators_and_prey_each_train_their_own_model(tmp_path: Path) -> None:
     newest = [max((run_dir / "checkpoints" / f"policy_{policy}").glob("*.pt"))
               for policy in (0, 1)]
     assert [observation_widths(checkpoint) for checkpoint in newest] == [(16, 16), (14, 14)]
-    # the play loop acts for every agent with the one policy played: refused, not a traceback
+    # played back: the prey (policy 1) beside the predators, each side with its own policy
     played = subprocess.run([sys.executable, "-m", "sfbus", "enjoy", str(run_dir), "--policy",
+                             "1", "--episodes", "2"], capture_output=True, text=True, timeout=60)
+    assert played.returncode == 0, played.stderr[-3000:]
+    assert "agents agent_0 play policy 1; the others their own policies'" in played.stdout
+    assert re.search(r"mean length 25\.0 over 2 episodes", played.stdout), played.stdout
+    # evaluating scores one policy acting for every agent: refused, not a traceback
+    scored = subprocess.run([sys.executable, "-m", "sfbus", "eval", str(run_dir), "--policy",
                              "1", "--episodes", "1"], capture_output=True, text=True, timeout=60)
-    assert played.returncode == 2, played.stderr[-3000:]
-    assert played.stderr.strip().splitlines()[-1].startswith(
-        "error: policy 1 acts beside agents of other spaces (agent_policies"), played.stderr
+    assert scored.returncode == 2, scored.stderr[-3000:]
+    assert scored.stderr.strip().splitlines()[-1].startswith(
+        "error: policy 1 acts beside agents of other spaces (agent_policies"), scored.stderr
 
 
 @pytest.mark.parametrize(("mapping", "message"), [

@@ -213,7 +213,7 @@ class CountingPolicy:
 
 def test_rnn_state_is_zeroed_after_each_agents_episode():
     policy = CountingPolicy()
-    played = play(policy, 2, CountingEnv((2, 3)), 4)
+    played = play([policy] * 2, range(2), 2, CountingEnv((2, 3)), 4)
     assert [(e.episode_return, e.length, e.cut) for e in played] == [
         (2.0, 2, False), (3.0, 3, False), (2.0, 2, False), (2.0, 2, False)]
     # agent 0 restarts every 2 steps, agent 1 every 3: the state entering each step counts the
@@ -223,7 +223,7 @@ def test_rnn_state_is_zeroed_after_each_agents_episode():
 
 def test_max_steps_cuts_and_restarts_the_episode():
     policy = CountingPolicy()
-    played = play(policy, 1, CountingEnv((5,)), 2, max_steps=3)
+    played = play([policy], [0], 1, CountingEnv((5,)), 2, max_steps=3)
     assert [(e.episode_return, e.length, e.cut) for e in played] == [(3.0, 3, True), (3.0, 3, True)]
     assert [s.item() for s in policy.seen] == [0, 1, 2, 0, 1, 2]
 

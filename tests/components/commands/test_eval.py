@@ -48,7 +48,8 @@ def test_rows_are_the_episodes_of_their_seeds(cartpole_run, tmp_path, capsys):
     for row in episodes:
         env = make_env("gym:CartPole-v1")
         try:
-            (alone,) = play(policy, 0, env, 1, deterministic=True, seed=int(row["seed"]))
+            (alone,) = play([policy], [0], 0, env, 1, deterministic=True,
+                            seed=int(row["seed"]))
         finally:
             env.close()
         assert (float(row["return"]), int(row["length"])) == (alone[0], alone[1])
