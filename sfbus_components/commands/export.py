@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from sfbus import BadInput, SfbusError
 from sfbus_components.commands.enjoy import (
     EnjoyError,
+    check_one_policy_for_all,
     learner_params,
     make_play_env,
     read_checkpoint,
@@ -78,6 +79,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                              ) from None
         run_dir = run_directory(args.run_dir)
         params = learner_params(run_dir, args.policy)
+        check_one_policy_for_all(params)
         path, state = read_checkpoint(run_dir, params, args.checkpoint)
     except EnjoyError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
         raise BadInput(str(error)) from None

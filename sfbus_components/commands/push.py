@@ -26,6 +26,7 @@ from sfbus_components.commands.enjoy import (
     EnjoyError,
     VideoWriter,
     build_from_checkpoint,
+    check_one_policy_for_all,
     frame_source,
     learner_params,
     make_play_env,
@@ -73,6 +74,7 @@ def cmd_push(args: argparse.Namespace) -> int:
         if args.episodes < 1:
             raise EnjoyError(f"--episodes must be >= 1, not {args.episodes}")
         params = learner_params(run_dir, args.policy)
+        check_one_policy_for_all(params)
         path, state = _checkpoint(run_dir, params, args.checkpoint)
     except EnjoyError as error:
         raise BadInput(str(error)) from None

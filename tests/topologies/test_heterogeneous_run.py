@@ -52,12 +52,16 @@ def test_predators_and_prey_each_train_their_own_model(tmp_path: Path) -> None:
     assert played.returncode == 0, played.stderr[-3000:]
     assert "agents agent_0 play policy 1; the others their own policies'" in played.stdout
     assert re.search(r"mean length 25\.0 over 2 episodes", played.stdout), played.stdout
-    # evaluating scores one policy acting for every agent: refused, not a traceback
-    scored = subprocess.run([sys.executable, "-m", "sfbus", "eval", str(run_dir), "--policy",
-                             "1", "--episodes", "1"], capture_output=True, text=True, timeout=60)
-    assert scored.returncode == 2, scored.stderr[-3000:]
-    assert scored.stderr.strip().splitlines()[-1].startswith(
-        "error: policy 1 acts beside agents of other spaces (agent_policies"), scored.stderr
+    # evaluating, exporting, pushing: one policy acting for every agent, refused, no traceback
+    for command in (["eval"], ["export", "--onnx", str(tmp_path / "prey.onnx")],
+                    ["push", "--repo", "user/prey", "--no-upload"]):
+        refused = subprocess.run([sys.executable, "-m", "sfbus", command[0], str(run_dir),
+                                  "--policy", "1", *command[1:]],
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert refused.stderr.strip().splitlines()[-1].startswith(
+            "error: policy 1 acts beside agents of other spaces (agent_policies"), refused.stderr
+    assert not (tmp_path / "prey.onnx").exists() and not (run_dir / "hub").exists()
 
 
 @pytest.mark.parametrize(("mapping", "message"), [
