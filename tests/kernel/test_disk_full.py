@@ -8,12 +8,14 @@ import errno
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from sfbus.rundir import read_manifest
+from sfbus.shm import SharedArray
+from sfbus_components.datapath.buffers import version_name
 from tests.kernel.runs import wait_for
 
 pytestmark = pytest.mark.multiprocess
@@ -110,11 +112,31 @@ def _versions(folder: Path) -> list[int]:
     return sorted(int(p.stem.split("_")[1]) for p in folder.glob("checkpoint_*.pt"))
 
 
+@contextlib.contextmanager
+def _published_version(run_dir: Path) -> Iterator[Callable[[], int]]:
+    """The version of policy 0's weights its learner published last, read from the run's
+    shared memory: nothing in the run directory tells while its disk is full."""
+    manifest = read_manifest(run_dir)
+    counter = SharedArray.attach(manifest.run_id, manifest.array_specs()[version_name(0)])
+    try:
+        yield lambda: int(counter.numpy[0]) // 2  # PolicyWeights.version: even, twice it
+    finally:
+        counter.close()
+
+
+# What each writer of the run directory reports when the full disk refuses it.
+_REFUSED = ("learner.checkpoint raised OSError(28, 'No space left on device')",
+            "stats: cannot append to progress.jsonl ([Errno 28] No space left on device)",
+            "tensorboard: cannot write event files in")
+
+
 @pytest.mark.timeout(180)
 def test_training_goes_on_while_the_disk_is_full_and_checkpoints_fail(tmp_path: Path) -> None:
-    """The run directory's disk fills mid-run for 10 s: checkpoints fail and are reported,
-    no process dies (SIGBUS on its metrics files included), training goes on, and once space
-    is back the run checkpoints again and, stopped, ends as an interrupted run (130)."""
+    """The run directory's disk fills mid-run until every writer met it and the learner
+    trained 5 batches more: checkpoints, progress records and TensorBoard's scalars fail and
+    are reported, no process dies (SIGBUS on its metrics files included), training goes on,
+    and once space is back the run checkpoints again and, stopped, ends as an interrupted run
+    (130)."""
     err_path = tmp_path / "stderr.txt"
     with _tmpfs(tmp_path / "disk", "64m") as disk, err_path.open("w") as err_file:
         checkpoints = disk / "run" / "checkpoints" / "policy_0"
@@ -124,9 +146,12 @@ def test_training_goes_on_while_the_disk_is_full_and_checkpoints_fail(tmp_path: 
                                stdout=subprocess.DEVNULL, stderr=err_file, text=True)
         try:
             wait_for(lambda: _versions(checkpoints), 60, "a first checkpoint")
-            _fill(disk)
-            filled = max(_versions(checkpoints))
-            time.sleep(10)
+            with _published_version(disk / "run") as version:
+                _fill(disk)
+                filled, trained = max(_versions(checkpoints)), version()
+                wait_for(lambda: version() >= trained + 5 and all(
+                    refused in err_path.read_text() for refused in _REFUSED), 60,
+                         "every writer to meet the full disk and 5 batches trained meanwhile")
             (disk / "filler").unlink()
             wait_for(lambda: max(_versions(checkpoints)) > filled, 30, "a checkpoint once freed")
             freed = max(_versions(checkpoints))
