@@ -30,9 +30,10 @@ def test_sum_demo_is_exact(tmp_path: Path) -> None:
     assert segments_of(run.pid) == []
 
 
-@pytest.mark.parametrize("victims", [("consumer",), ("producer", "consumer")])
-def test_killed_child_is_restarted_and_total_stays_exact(tmp_path: Path,
-                                                         victims: tuple[str, ...]) -> None:
+def test_killed_children_are_restarted_and_total_stays_exact(tmp_path: Path) -> None:
+    # One run kills both, the producer and then the consumer once the producer runs again: each
+    # is restarted and the total stays exact; a run killing the consumer alone repeats half of it.
+    victims = ("producer", "consumer")
     count = 1_500_000
     run_dir = tmp_path / "run"
     run = start_run(SUM_DEMO, run_dir, "--set", f"count={count}", "--set",
