@@ -37,11 +37,13 @@ class FailsInInference(nn.Module):
 
 
 def test_an_inference_pass_that_always_raises_ends_the_run(tmp_path: Path) -> None:
+    # requests re-sent every 0.3-0.6 s: each incarnation spends its budget of 3 failures within a
+    # second of its start, and the run ends after one restart
     done = subprocess.run(
         [sys.executable, "-m", "sfbus", "run", str(ROOT / "topologies" / "cartpole.yaml"),
          "--run-dir", str(tmp_path / "run"), "--max-seconds", "120",
          "--set", f"model.encoder={HERE}:FailsInInference", "--set", "run.max_actor_failures=3",
-         "--set", "run.max_restarts=1", "--set", "inference_timeout_s=1"],
+         "--set", "run.max_restarts=1", "--set", "inference_timeout_s=0.3"],
         capture_output=True, text=True, timeout=150, cwd=ROOT)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "the last in serve: RuntimeError('broken on the acting path')" in done.stderr, \
