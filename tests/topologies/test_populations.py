@@ -15,7 +15,7 @@ from sfbus_components.pbt.trainer import population_learners
 
 TOPOLOGIES = Path(__file__).parents[2] / "topologies"
 POPULATIONS = ["pbt8", "cartpole_pbt4", "selfplay_duel"]
-SHARED, PER_POLICY = 9, 13  # connections of the population files: shared, and each policy's
+SHARED, PER_POLICY = 9, 15  # connections of the population files: shared, and each policy's
 
 
 @pytest.mark.parametrize("count", [1, 3, 16])
