@@ -1,14 +1,17 @@
-"""Atari envs against the raw ALE emulator: max-pool, stack order, episodic life, clipping."""
+"""Atari envs against the raw ALE emulator (max-pool, stack order, episodic life, clipping) and
+against gymnasium's preprocessing wrappers, which they replace on the hot path."""
 
 from __future__ import annotations
 
 import cv2
+import gymnasium as gym
 import numpy as np
 import pytest
 from ale_py.env import AtariEnv as RawAle
+from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 
 from sfbus_components.envs import UnknownEnvError, env_spec, known_envs, make_env
-from sfbus_components.envs.atari.game import AtariEnv, atari_games
+from sfbus_components.envs.atari.game import AtariEnv, _GameLives, atari_games
 
 SEED = 3
 FIRE = 1
@@ -171,3 +174,45 @@ def test_fire_only_where_the_game_has_it() -> None:
 def test_bad_settings_are_refused(bad: dict) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         make_env("atari_pong", **bad)
+
+
+def gymnasium_chain(game: str, sticky: float, max_frames: int) -> gym.Env:
+    """The reference preprocessing: gymnasium's AtariPreprocessing and FrameStackObservation
+    around the same emulator and our `_GameLives`, as sfbus ran Atari before its own `_Frames`."""
+    raw = RawAle(game, obs_type="grayscale", frameskip=1, repeat_action_probability=sticky,
+                 full_action_space=False, max_num_frames_per_episode=max_frames)
+    frames = AtariPreprocessing(raw, noop_max=30, frame_skip=4, screen_size=84,
+                                grayscale_obs=True)
+    return FrameStackObservation(_GameLives(frames, episodic_life=True, fire=True), 4)
+
+
+@pytest.mark.parametrize(("game", "sticky", "max_frames"),
+                         [("breakout", 0.25, 400), ("space_invaders", 0.0, 108_000)])
+def test_frames_equal_gymnasiums_preprocessing_step_for_step(game: str, sticky: float,
+                                                             max_frames: int) -> None:
+    # No-ops drawn on reset, sticky actions, lives, game overs and truncation: the same
+    # observations, rewards and ends as gymnasium's wrappers on the same seed and actions
+    env = make_env(f"atari_{game.replace('_', '')}", seed=SEED, clip_reward=False,
+                   repeat_action_probability=sticky, max_frames_per_episode=max_frames)
+    reference = gymnasium_chain(game, sticky, max_frames)
+    obs = env.spec.empty_obs()
+    env.reset_into(obs)
+    want, _ = reference.reset(seed=SEED)
+    np.testing.assert_array_equal(obs["obs"][0], want)
+    rng = np.random.default_rng(4)
+    ends = {"life": 0, "game": 0, "truncated": 0}
+    for _ in range(1500):
+        action = int(rng.integers(env.spec.action_heads[0]))
+        reward, terminated, truncated, (report,) = env.step_into(np.array([[action]]), obs)
+        want, want_reward, want_terminated, want_truncated, info = reference.step(action)
+        assert (reward[0], terminated[0], truncated[0]) == (
+            want_reward, want_terminated, want_truncated)
+        if want_terminated or want_truncated:
+            ends["truncated" if want_truncated else "game" if info.get("game_over")
+                 else "life"] += 1
+            assert ("episode_true_return" in report) == bool(info.get("game_over"))
+            want, _ = reference.reset()
+        np.testing.assert_array_equal(obs["obs"][0], want)
+    assert ends["life"] > 0 and ends["game" if game == "space_invaders" else "truncated"] > 0, ends
+    env.close()
+    reference.close()
