@@ -18,11 +18,10 @@ from torch import Tensor, nn
 # Frames from which a batch of images is normalized into a channels-last layout (see normalize):
 # the learner's batches (~1000 frames) gain, inference's (8-32) lose to oneDNN's own reorder.
 _CHANNELS_LAST_FROM = 256
-# float32 values per chunk of that path: ~4 MB, so every pass after the first read stays in cache.
-# Each pass is an OpenMP region of the learner's two threads; when the rollout processes hold the
-# cores, a region waits for a descheduled thread, so fewer regions pay: 1 MB chunks (117 per
-# doom_basic batch) took 38-47 ms beside two half-busy cores, 4 MB 27-32 ms (15 vs 14 ms idle).
-_CHUNK_VALUES = 1 << 20
+# Values per chunk of that path: 1 MB of float32, so every pass after the first read stays in
+# cache (1056 frames of 3x72x128 into bfloat16 on one thread, 2-core Xeon: 69 ms a batch in
+# chunks of 256k values, 72 in chunks of 1M; the learner normalizes on one torch thread).
+_CHUNK_VALUES = 1 << 18
 
 
 class RunningMeanStd(nn.Module):
@@ -109,24 +108,32 @@ class RunningMeanStd(nn.Module):
         `[H, W, C]` factors, computed channels-last and returned as a `[..., C, H, W]` view: the
         layout oneDNN's convolutions want, so the encoder uses it as it is (~50 ms less of a
         1024-sample step)."""
-        frames = x.reshape(-1, *self.shape).movedim(1, -1)
-        out = torch.empty(frames.shape, dtype=dtype, device=x.device)
-        # Chunk by chunk (transposing read, addcmul, clip, then the rounding copy) while the
-        # chunk is in cache: whole-batch passes cost three round trips through memory and took
-        # twice as long (124 vs 62 ms for 1056 frames into bfloat16). A GPU has no such cache
-        # to fit and pays per kernel launch instead: one chunk.
+        channels = self.shape[0]
+        planes = x.reshape(-1, channels, scale_hwc[..., 0].numel())
+        out = torch.empty((len(planes), *scale_hwc.shape), dtype=dtype, device=x.device)
+        # Chunk by chunk while the chunk is in cache (whole-batch passes cost three round trips
+        # through memory and took twice as long: 124 vs 62 ms for 1056 frames into bfloat16): the
+        # uint8 channels interleaved one plane at a time, then the float32 addcmul and clip, then
+        # the rounding copy. One strided copy per channel, not a transposing copy of the frames
+        # (whose every read strides across the planes): 69 against 102 ms a batch. A GPU has no
+        # cache to fit and pays per kernel launch instead: one chunk.
         rows = max(1, _CHUNK_VALUES // scale_hwc.numel()) if x.device.type == "cpu" \
-            else len(frames)
+            else len(planes)
+        interleaved = torch.empty((rows, planes.shape[2], channels), dtype=torch.uint8,
+                                  device=x.device)
         work = None if dtype == torch.float32 else torch.empty(
-            (rows, *frames.shape[1:]), device=x.device)
-        for start in range(0, len(frames), rows):
-            source, target = frames[start : start + rows], out[start : start + rows]
+            (rows, *scale_hwc.shape), device=x.device)
+        for start in range(0, len(planes), rows):
+            source, target = planes[start : start + rows], out[start : start + rows]
+            pixels = interleaved[: len(source)]
+            for channel in range(channels):
+                pixels[:, :, channel].copy_(source[:, channel])
             part = target if work is None else work[: len(source)]
-            part.copy_(source)
+            part.copy_(pixels.view(part.shape))
             torch.addcmul(offset_hwc, part, scale_hwc, out=part).clamp_(-self.clip, self.clip)
             if work is not None:
                 target.copy_(part)
-        return out.reshape(*x.shape[:-3], *frames.shape[1:]).movedim(-1, -3)
+        return out.reshape(*x.shape[:-3], *scale_hwc.shape).movedim(-1, -3)
 
     def _affine(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """float32 ``scale / std`` and ``-mean / std``, then both with a 3-dim shape's first
