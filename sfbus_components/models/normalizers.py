@@ -92,11 +92,15 @@ class RunningMeanStd(nn.Module):
         """(x * scale - mean) / sqrt(var + eps), clipped to [-clip, clip]; in `x`'s dtype, or
         `dtype` for integer `x` (computed in float32 either way, then rounded)."""
         if not x.is_floating_point():
-            # Images, on the hot paths of inference and the learner: one addcmul straight from
-            # uint8 into float32, then an in-place clip; no float64 temporaries.
+            # Images, on the hot paths of inference and the learner: float32 values, then the
+            # affine map and the clip in place; no float64 temporaries. (An addcmul straight
+            # from uint8 takes torch's slower mixed-dtype path: 16 frames of 3x72x128 into
+            # bfloat16, 2-core Xeon, 0.68 against 0.55 ms, the same values.)
             scale, offset, scale_hwc, offset_hwc = self._affine()
             if len(self.shape) != 3 or x.numel() < _CHANNELS_LAST_FROM * scale.numel():
-                return torch.addcmul(offset, x, scale).clamp_(-self.clip, self.clip).to(dtype)
+                values = x.float()
+                return torch.addcmul(offset, values, scale, out=values).clamp_(
+                    -self.clip, self.clip).to(dtype)
             return self._normalize_channels_last(x, dtype, scale_hwc, offset_hwc)
         std = torch.sqrt(self.var + self.eps)
         out = (x.to(torch.float64) * self.scale - self.mean) / std
