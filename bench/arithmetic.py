@@ -9,6 +9,8 @@ Each configuration is timed alternately, so machine noise hits them alike, and r
 median of ``--repeats`` runs. ``--duel`` adds the self-play duel's packed step (the ``full``
 model over frames and measurements) at 1, 2 and 8 rows, 4 policies taken in turn as a rollout
 process of ``topologies/selfplay_duel.yaml`` serves them, so their weights do not stay in cache.
+``--ops`` adds, for the bfloat16 learner step and the packed bfloat16 inference step of 16 rows,
+the operators that take most of their time (torch's profiler, self time per call of the step).
 """
 
 from __future__ import annotations
@@ -149,6 +151,27 @@ def median_times(runs: dict[str, Callable[[], object]], repeats: int) -> dict[st
     return out
 
 
+def top_operators(run: Callable[[], object], calls: int, top: int = 8) -> list[tuple[str, float]]:
+    """The ``top`` operators by self CPU time over ``calls`` calls of ``run`` (after one
+    unprofiled call), as (name, seconds per call), then everything else as ``other``."""
+    run()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            run()
+    ops = sorted(((e.key, e.self_cpu_time_total / 1e6 / calls) for e in prof.key_averages()),
+                 key=lambda op: -op[1])
+    return [*ops[:top], ("other", sum(seconds for _, seconds in ops[top:]))]
+
+
+def operator_table(title: str, ops: list[tuple[str, float]]) -> list[str]:
+    """Markdown rows of :func:`top_operators`' result: time per call and share."""
+    total = sum(seconds for _, seconds in ops)
+    return ["", f"| {title} | per call | share |", "| --- | ---: | ---: |",
+            *(f"| `{name}` | {seconds * 1e3:.2f} ms | {seconds / total:.0%} |"
+              for name, seconds in ops),
+            f"| **total** | **{total * 1e3:.2f} ms** | |"]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Time both precisions, print the tables, optionally rewrite the docs section."""
     parser = argparse.ArgumentParser(prog="python -m bench.arithmetic", description=__doc__,
@@ -156,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per configuration")
     parser.add_argument("--duel", action="store_true",
                         help="also time the self-play duel's packed step, 4 policies in turn")
+    parser.add_argument("--ops", action="store_true",
+                        help="also list the operators that take most of a step's time")
     parser.add_argument("--write-docs", action="store_true", help="rewrite the docs section")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -185,6 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         duel = median_times(duel_passes(duel_rows), args.repeats * 100)
         rows += ["", "| duel step (packed, 4 policies in turn) | time |", "| --- | ---: |"]
         rows += [f"| {n} rows | {duel[str(n)] * 1e6:.0f} us |" for n in duel_rows]  # type: ignore
+    if args.ops:
+        rows += operator_table("bfloat16 learner step: operator",
+                               top_operators(steps["bfloat16"].run, args.repeats))
+        rows += operator_table("bfloat16, packed inference step of 16 rows: operator",
+                               top_operators(passes["bfloat16, packed/16"], args.repeats * 50))
     text = "\n".join(rows)
     print(text)
     if args.write_docs:
