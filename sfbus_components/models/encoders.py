@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from sfbus_components.envs.spec import ACTION_MASK_KEY
 from sfbus_components.models.config import ModelConfig
+from sfbus_components.models.elu import ELU
 from sfbus_components.models.precision import uses_bf16
 
 CONV_STACKS: dict[str, tuple[tuple[int, int, int], ...]] = {
@@ -33,7 +34,7 @@ RESNET_IMPALA_STAGES: tuple[tuple[int, int], ...] = ((16, 2), (32, 2), (32, 2))
 
 def activation(name: str) -> nn.Module:
     """The nonlinearity module called `name`."""
-    return {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}[name]()
+    return {"elu": ELU, "relu": nn.ReLU, "tanh": nn.Tanh}[name]()
 
 
 def mlp(in_size: int, widths: tuple[int, ...], nonlinearity: str) -> nn.Sequential:

@@ -1,0 +1,101 @@
+"""The C ELU kernels: torch's values (every bfloat16 bit pattern, float32 to one rounding), the
+same gradients, and torch's ELU wherever they cannot run."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sfbus_components.models import elu as elu_module
+from sfbus_components.models.elu import ELU, elu, kernels
+
+needs_compiler = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler here")
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def no_torch_elu(monkeypatch):
+    """Fail any call of torch's ELU: what passes ran the C kernels."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch's ELU ran")
+    monkeypatch.setattr(elu_module.F, "elu", refuse)
+
+
+@needs_compiler
+def test_every_bfloat16_value_is_torchs(one_thread, no_torch_elu):
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    x = bits.view(torch.bfloat16)
+    ours = elu(x)
+    theirs = torch.ops.aten.elu(x)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0, equal_nan=True)
+
+
+@needs_compiler
+def test_float32_within_one_rounding_of_torch(one_thread, no_torch_elu):
+    x = torch.cat([torch.linspace(-100, 100, 200_001), torch.tensor([0.0, -0.0, 1e-30, -1e-30,
+                                                                     float("inf"), -float("inf")])])
+    ours = elu(x)
+    theirs = torch.ops.aten.elu(x)
+    torch.testing.assert_close(ours, theirs, rtol=1.2e-7, atol=1e-38)
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gradients_are_torchs_in_channels_last_layers(one_thread, no_torch_elu, dtype):
+    generator = torch.Generator().manual_seed(0)
+    x = (torch.randn(4, 32, 17, 31, generator=generator) * 3).to(dtype)
+    x = x.contiguous(memory_format=torch.channels_last)
+    grad = torch.randn(x.shape, generator=generator).to(dtype)
+    ours_in = x.clone().requires_grad_()
+    elu(ours_in).backward(grad)
+    theirs_in = x.clone().requires_grad_()
+    torch.ops.aten.elu(theirs_in).backward(grad)
+    # float32: exp and the product each rounded once, torch's and ours apart
+    exact = dict(rtol=0, atol=0) if dtype == torch.bfloat16 else dict(rtol=4e-7, atol=1e-38)
+    torch.testing.assert_close(ours_in.grad, theirs_in.grad, **exact)
+
+
+@needs_compiler
+def test_the_module_is_the_models_elu(one_thread, no_torch_elu):
+    from sfbus_components.models.encoders import activation
+    module = activation("elu")
+    assert isinstance(module, ELU)
+    x = torch.randn(8, 512).to(torch.bfloat16)
+    torch.testing.assert_close(module(x), torch.ops.aten.elu(x), rtol=0, atol=0)
+
+
+def test_torchs_elu_runs_without_a_compiler(monkeypatch, tmp_path, one_thread):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    kernels.cache_clear()
+    try:
+        assert kernels() is None
+        x = torch.randn(5, 7, requires_grad=True)
+        elu(x).sum().backward()
+        torch.testing.assert_close(x.grad, torch.where(x > 0, 1.0, torch.exp(x)).detach())
+    finally:
+        kernels.cache_clear()
+
+
+@pytest.mark.parametrize("case", ["several threads", "strided", "float64"])
+def test_torchs_elu_runs_where_the_kernels_do_not(monkeypatch, case):
+    calls = []
+    monkeypatch.setattr(elu_module.F, "elu", lambda x: calls.append(x) or torch.ops.aten.elu(x))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2 if case == "several threads" else 1)
+    try:
+        x = torch.randn(6, 8, dtype=torch.float64 if case == "float64" else torch.float32)
+        elu(x[:, ::2] if case == "strided" else x)
+    finally:
+        torch.set_num_threads(threads)
+    assert len(calls) == 1
