@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from sfbus_components.models import native
+
 # Frames from which a batch of images is normalized into a channels-last layout (see normalize):
 # the learner's batches (~1000 frames) gain, inference's (8-32) lose to oneDNN's own reorder.
 _CHANNELS_LAST_FROM = 256
@@ -97,6 +99,12 @@ class RunningMeanStd(nn.Module):
             # from uint8 takes torch's slower mixed-dtype path: 16 frames of 3x72x128 into
             # bfloat16, 2-core Xeon, 0.68 against 0.55 ms, the same values.)
             scale, offset, scale_hwc, offset_hwc = self._affine()
+            if len(self.shape) == 3 and x.device.type == "cpu" and native.runs_on(scale_hwc) \
+                    and dtype in (torch.float32, torch.bfloat16):
+                # one pass, channels-last at any batch size (the first convolution's fast
+                # layout, which a separate copy cost more than it saved at inference's sizes)
+                return native.normalize_frames(x.contiguous(), scale_hwc, offset_hwc,
+                                               self.clip, dtype)
             if len(self.shape) != 3 or x.numel() < _CHANNELS_LAST_FROM * scale.numel():
                 values = x.float()
                 return torch.addcmul(offset, values, scale, out=values).clamp_(

@@ -1,5 +1,5 @@
-"""The C ELU kernels: torch's values (every bfloat16 bit pattern, float32 to one rounding), the
-same gradients, and torch's ELU wherever they cannot run."""
+"""The C kernels (ELU, frame normalization): torch's values (every bfloat16 bit pattern of ELU,
+float32 to a rounding or two), the same gradients, and torch's ops wherever they cannot run."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from sfbus_components.models import elu as elu_module
-from sfbus_components.models.elu import ELU, elu, kernels
+from sfbus_components.models import native
+from sfbus_components.models.elu import ELU, elu
+from sfbus_components.models.native import library
 
 needs_compiler = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler here")
 
@@ -77,14 +79,14 @@ def test_the_module_is_the_models_elu(one_thread, no_torch_elu):
 def test_torchs_elu_runs_without_a_compiler(monkeypatch, tmp_path, one_thread):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    kernels.cache_clear()
+    library.cache_clear()
     try:
-        assert kernels() is None
+        assert library() is None
         x = torch.randn(5, 7, requires_grad=True)
         elu(x).sum().backward()
         torch.testing.assert_close(x.grad, torch.where(x > 0, 1.0, torch.exp(x)).detach())
     finally:
-        kernels.cache_clear()
+        library.cache_clear()
 
 
 @pytest.mark.parametrize("case", ["several threads", "strided", "float64"])
@@ -99,3 +101,23 @@ def test_torchs_elu_runs_where_the_kernels_do_not(monkeypatch, case):
     finally:
         torch.set_num_threads(threads)
     assert len(calls) == 1
+
+
+@needs_compiler
+@pytest.mark.parametrize("shape", [(3, 72, 128), (4, 84, 84), (2, 5, 7)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("frames", [1, 16, 300])
+def test_frames_normalize_to_torchs_values_channels_last(monkeypatch, one_thread, shape, dtype,
+                                                          frames):
+    from sfbus_components.models.normalizers import RunningMeanStd
+    generator = torch.Generator().manual_seed(frames)
+    stats = RunningMeanStd(shape, clip=1.5, eps=1e-5, scale=1 / 255)
+    stats.update(torch.randint(0, 256, (64, *shape), dtype=torch.uint8, generator=generator))
+    stats.update(torch.randint(0, 40, (64, *shape), dtype=torch.uint8, generator=generator))
+    x = torch.randint(0, 256, (frames, *shape), dtype=torch.uint8, generator=generator)
+    ours = stats.normalize(x, dtype)
+    assert ours.is_contiguous(memory_format=torch.channels_last)
+    monkeypatch.setattr(native, "runs_on", lambda *tensors: False)
+    theirs = stats.normalize(x, dtype)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    assert ours.abs().max() == 1.5  # the clip applied

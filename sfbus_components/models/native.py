@@ -1,0 +1,200 @@
+"""C kernels for the model's elementwise passes on CPU, compiled for this machine with the
+system's C compiler on first use and kept in ``~/.cache/sfbus/``: ELU forward and backward over
+glibc's vector ``exp``/``expm1`` (torch's CPU ELU costs 1.5-2.5 ns a value, these 0.5-0.7), and
+uint8 frames normalized per pixel straight into channels-last float32 or bfloat16 (torch needs an
+interleaving copy, the affine map, the clip and a rounding copy: 57 -> 34 ms for a learner's
+1056 frames). Each is torch's arithmetic (the same FMA, clip and round-to-nearest-even), so the
+values equal torch's, but for ``exp``/``expm1``, where libmvec and torch's SLEEF round alike in
+bfloat16 and a float32 rounding or two apart. Where no compiler or libmvec is at hand,
+:func:`library` is None and the callers run torch's ops."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+_SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+/* glibc's vector variants (libmvec); math.h declares them only under -ffast-math, whose other
+   rewrites (and FTZ set at load time) this code must not get */
+__attribute__((simd("notinbranch"))) float expm1f(float);
+__attribute__((simd("notinbranch"))) float expf(float);
+
+static inline float bf16_to_float(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
+/* round to nearest even, NaN to 0x7fc0: c10::BFloat16's rounding */
+static inline uint16_t float_to_bf16(float f) {
+  uint32_t u; memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16); }
+#define AS_FLOAT(v) (v)
+
+void elu_f32(const float *restrict x, float *restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; i++) { float v = x[i], e = expm1f(v); y[i] = v > 0.f ? v : e; } }
+void elu_bf16(const uint16_t *restrict x, uint16_t *restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float v = bf16_to_float(x[i]), e = expm1f(v); y[i] = float_to_bf16(v > 0.f ? v : e); } }
+/* torch's elu_backward from the input: grad where x > 0, grad * exp(x) elsewhere */
+void elu_backward_f32(const float *restrict g, const float *restrict x, float *restrict d,
+                      int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i], e = g[i] * expf(v); d[i] = v > 0.f ? g[i] : e; } }
+void elu_backward_bf16(const uint16_t *restrict g, const uint16_t *restrict x,
+                       uint16_t *restrict d, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float v = bf16_to_float(x[i]), gv = bf16_to_float(g[i]), e = gv * expf(v);
+    d[i] = float_to_bf16(v > 0.f ? gv : e); } }
+
+/* torch's addcmul(offset, x, scale) (one FMA, as its vector kernel computes it), then clamp */
+static inline float affine(uint8_t x, float scale, float offset, float clip) {
+  float r = __builtin_fmaf((float)x, scale, offset);
+  r = r < -clip ? -clip : r; return r > clip ? clip : r; }
+/* frames [N, C, P] -> [N, P, C], the factors [P, C]; a copy per common channel count lets the
+   compiler vectorize each */
+#define FRAMES(NAME, T, STORE, C)                                                            \
+static void NAME(const uint8_t *restrict x, const float *restrict scale,                    \
+                 const float *restrict offset, int64_t frames, int64_t channels,            \
+                 int64_t pixels, float clip, T *restrict out) {                             \
+  const int64_t ch = C ? C : channels;                                                      \
+  for (int64_t f = 0; f < frames; f++) {                                                    \
+    const uint8_t *in = x + f * ch * pixels; T *o = out + f * ch * pixels;                  \
+    for (int64_t p = 0; p < pixels; p++)                                                    \
+      for (int64_t c = 0; c < ch; c++) {                                                    \
+        int64_t k = p * ch + c;                                                             \
+        o[k] = STORE(affine(in[c * pixels + p], scale[k], offset[k], clip)); } } }
+FRAMES(frames_f32_any, float, AS_FLOAT, 0)
+FRAMES(frames_f32_1, float, AS_FLOAT, 1)
+FRAMES(frames_f32_3, float, AS_FLOAT, 3)
+FRAMES(frames_f32_4, float, AS_FLOAT, 4)
+FRAMES(frames_bf16_any, uint16_t, float_to_bf16, 0)
+FRAMES(frames_bf16_1, uint16_t, float_to_bf16, 1)
+FRAMES(frames_bf16_3, uint16_t, float_to_bf16, 3)
+FRAMES(frames_bf16_4, uint16_t, float_to_bf16, 4)
+void normalize_frames_f32(const uint8_t *x, const float *scale, const float *offset,
+                          int64_t frames, int64_t channels, int64_t pixels, float clip,
+                          float *out) {
+  (channels == 3 ? frames_f32_3 : channels == 4 ? frames_f32_4 : channels == 1 ? frames_f32_1
+   : frames_f32_any)(x, scale, offset, frames, channels, pixels, clip, out); }
+void normalize_frames_bf16(const uint8_t *x, const float *scale, const float *offset,
+                           int64_t frames, int64_t channels, int64_t pixels, float clip,
+                           uint16_t *out) {
+  (channels == 3 ? frames_bf16_3 : channels == 4 ? frames_bf16_4 : channels == 1
+   ? frames_bf16_1 : frames_bf16_any)(x, scale, offset, frames, channels, pixels, clip, out); }
+"""
+# -ffp-contract=off: no FMA but the ones written, so every rounding is the one torch makes
+_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared")
+_SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16"}
+
+
+def _cache_dir() -> Path:
+    """Where compiled kernels are kept between runs."""
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "sfbus"
+
+
+def _compiler() -> str:
+    """The C compiler: ``$CC``, else ``cc``."""
+    return os.environ.get("CC", "cc")
+
+
+def _build_key() -> str:
+    """What the compiled code depends on: the source, the flags, the compiler, this CPU."""
+    try:
+        cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("flags")), "")
+    except OSError:
+        cpu = ""
+    text = "\n".join([_SOURCE, *_FLAGS, _compiler(), platform.machine(), cpu])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _compile(target: Path) -> None:
+    """Compile the kernels into ``target``, atomically: processes may race to it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        source, built = Path(tmp) / "kernels.c", Path(tmp) / target.name
+        source.write_text(_SOURCE)
+        subprocess.run([_compiler(), *_FLAGS, str(source), "-o", str(built), "-lm"],
+                       check=True, capture_output=True, timeout=120)
+        os.replace(built, target)
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The compiled kernels, built on first use; None where they cannot be built."""
+    if platform.system() != "Linux":  # libmvec is glibc's
+        return None
+    target = _cache_dir() / f"kernels-{_build_key()}.so"
+    try:
+        if not target.exists():
+            _compile(target)
+        return ctypes.CDLL(str(target))
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.info("torch's ops run instead of sfbus's C kernels, which could not be built: %s",
+                 exc)
+        return None
+
+
+def runs_on(*tensors: Tensor) -> bool:
+    """Whether the kernels take these tensors: on CPU, float32 or bfloat16 alike, dense in the
+    same strides, torch on one thread (with more, its own ops run in parallel), outside tracing
+    and compiling (exported graphs keep torch's ops), and the kernels built."""
+    x = tensors[0]
+    return (x.device.type == "cpu" and x.dtype in _SUFFIX and torch.get_num_threads() == 1
+            and all(t.dtype == x.dtype and t.stride() == x.stride() and _dense(t)
+                    for t in tensors) and not torch.jit.is_tracing()
+            and not torch.compiler.is_compiling() and library() is not None)
+
+
+def _dense(x: Tensor) -> bool:
+    """Whether ``x``'s elements fill its storage in order, contiguous or channels-last."""
+    return x.is_contiguous() or (x.dim() == 4 and x.is_contiguous(
+        memory_format=torch.channels_last))
+
+
+def _pointer(x: Tensor) -> ctypes.c_void_p:
+    return ctypes.c_void_p(x.data_ptr())
+
+
+def elu(x: Tensor) -> Tensor:
+    """ELU (alpha 1) of ``x``, for which :func:`runs_on` holds."""
+    out = torch.empty_like(x)
+    getattr(library(), f"elu_{_SUFFIX[x.dtype]}")(_pointer(x), _pointer(out),
+                                                  ctypes.c_int64(x.numel()))
+    return out
+
+
+def elu_backward(grad: Tensor, x: Tensor) -> Tensor:
+    """ELU's input gradient from ``grad`` and the input ``x`` (:func:`runs_on` both)."""
+    out = torch.empty_like(x)
+    getattr(library(), f"elu_backward_{_SUFFIX[x.dtype]}")(
+        _pointer(grad), _pointer(x), _pointer(out), ctypes.c_int64(x.numel()))
+    return out
+
+
+def normalize_frames(frames: Tensor, scale_hwc: Tensor, offset_hwc: Tensor, clip: float,
+                     dtype: torch.dtype) -> Tensor:
+    """uint8 frames ``[..., C, H, W]`` (CPU, contiguous) mapped per pixel to
+    ``clip(frames * scale + offset)`` by float32 factors ``[H, W, C]``, rounded to ``dtype``
+    (float32 or bfloat16): a ``[..., C, H, W]`` view of channels-last values."""
+    channels = scale_hwc.shape[-1]
+    pixels = scale_hwc.numel() // channels
+    count = frames.numel() // scale_hwc.numel()
+    out = torch.empty((count, *scale_hwc.shape), dtype=dtype)
+    getattr(library(), f"normalize_frames_{_SUFFIX[dtype]}")(
+        _pointer(frames), _pointer(scale_hwc), _pointer(offset_hwc), ctypes.c_int64(count),
+        ctypes.c_int64(channels), ctypes.c_int64(pixels), ctypes.c_float(clip), _pointer(out))
+    return out.reshape(*frames.shape[:-3], *scale_hwc.shape).movedim(-1, -3)
