@@ -99,8 +99,8 @@ class RunningMeanStd(nn.Module):
             # from uint8 takes torch's slower mixed-dtype path: 16 frames of 3x72x128 into
             # bfloat16, 2-core Xeon, 0.68 against 0.55 ms, the same values.)
             scale, offset, scale_hwc, offset_hwc = self._affine()
-            if len(self.shape) == 3 and x.device.type == "cpu" and native.runs_on(scale_hwc) \
-                    and dtype in (torch.float32, torch.bfloat16):
+            if len(self.shape) == 3 and x.dtype == torch.uint8 and x.device.type == "cpu" \
+                    and dtype in (torch.float32, torch.bfloat16) and native.runs_on(scale_hwc):
                 # one pass, channels-last at any batch size (the first convolution's fast
                 # layout, which a separate copy cost more than it saved at inference's sizes)
                 return native.normalize_frames(x.contiguous(), scale_hwc, offset_hwc,
