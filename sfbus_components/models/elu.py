@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sfbus_components.models import native
@@ -34,7 +33,7 @@ class _EluFunction(torch.autograd.Function):
 def elu(x: Tensor) -> Tensor:
     """``F.elu(x)`` (alpha 1), through the C kernels where they run."""
     if not native.runs_on(x):
-        return F.elu(x)
+        return torch.nn.functional.elu(x)
     if x.requires_grad and torch.is_grad_enabled():
         return _EluFunction.apply(x)
     return native.elu(x)

@@ -95,7 +95,14 @@ void normalize_frames_bf16(const uint8_t *x, const float *scale, const float *of
    ? frames_bf16_1 : frames_bf16_any)(x, scale, offset, frames, channels, pixels, clip, out); }
 """
 # -ffp-contract=off: no FMA but the ones written, so every rounding is the one torch makes
-_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared")
+_FLAGS = ("-O3", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared")
+
+
+def _target_flag() -> str:
+    """This CPU's instructions, or AVX2 where torch is told to stop there
+    (``ATEN_CPU_CAPABILITY=avx2``, as the AVX2-only emulation runs)."""
+    capped = os.environ.get("ATEN_CPU_CAPABILITY", "").lower() == "avx2"
+    return "-march=x86-64-v3" if capped and platform.machine() == "x86_64" else "-march=native"
 _SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16"}
 
 
@@ -117,7 +124,8 @@ def _build_key() -> str:
                     if line.startswith("flags")), "")
     except OSError:
         cpu = ""
-    text = "\n".join([_SOURCE, *_FLAGS, _compiler(), platform.machine(), cpu])
+    text = "\n".join([_SOURCE, *_FLAGS, _target_flag(), _compiler(), platform.machine(),
+                      cpu])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -127,8 +135,8 @@ def _compile(target: Path) -> None:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         source, built = Path(tmp) / "kernels.c", Path(tmp) / target.name
         source.write_text(_SOURCE)
-        subprocess.run([_compiler(), *_FLAGS, str(source), "-o", str(built), "-lm"],
-                       check=True, capture_output=True, timeout=120)
+        subprocess.run([_compiler(), *_FLAGS, _target_flag(), str(source), "-o", str(built),
+                        "-lm"], check=True, capture_output=True, timeout=120)
         os.replace(built, target)
 
 

@@ -7,9 +7,7 @@ import shutil
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from sfbus_components.models import elu as elu_module
 from sfbus_components.models import native
 from sfbus_components.models.elu import ELU, elu
 from sfbus_components.models.native import library
@@ -30,7 +28,7 @@ def no_torch_elu(monkeypatch):
     """Fail any call of torch's ELU: what passes ran the C kernels."""
     def refuse(*args, **kwargs):
         raise AssertionError("torch's ELU ran")
-    monkeypatch.setattr(elu_module.F, "elu", refuse)
+    monkeypatch.setattr(torch.nn.functional, "elu", refuse)
 
 
 @needs_compiler
@@ -92,7 +90,8 @@ def test_torchs_elu_runs_without_a_compiler(monkeypatch, tmp_path, one_thread):
 @pytest.mark.parametrize("case", ["several threads", "strided", "float64"])
 def test_torchs_elu_runs_where_the_kernels_do_not(monkeypatch, case):
     calls = []
-    monkeypatch.setattr(elu_module.F, "elu", lambda x: calls.append(x) or torch.ops.aten.elu(x))
+    monkeypatch.setattr(torch.nn.functional, "elu",
+                        lambda x: calls.append(x) or torch.ops.aten.elu(x))
     threads = torch.get_num_threads()
     torch.set_num_threads(2 if case == "several threads" else 1)
     try:
@@ -121,3 +120,23 @@ def test_frames_normalize_to_torchs_values_channels_last(monkeypatch, one_thread
     theirs = stats.normalize(x, dtype)
     torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
     assert ours.abs().max() == 1.5  # the clip applied
+
+
+@needs_compiler
+def test_avx2_capped_torch_gets_avx2_kernels_with_the_same_values(monkeypatch, tmp_path,
+                                                                   one_thread, no_torch_elu):
+    import platform
+    if platform.machine() != "x86_64":
+        pytest.skip("AVX2 is x86's")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    library.cache_clear()
+    try:
+        assert library() is not None
+        assert [path.name for path in (tmp_path / "sfbus").iterdir()] == [
+            f"kernels-{native._build_key()}.so"]
+        assert native._target_flag() == "-march=x86-64-v3"
+        x = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+        torch.testing.assert_close(elu(x), torch.ops.aten.elu(x), rtol=0, atol=0, equal_nan=True)
+    finally:
+        library.cache_clear()
