@@ -33,6 +33,7 @@ from sfbus_components.envs.doom.game import (
     INTERPOLATION,
     DoomEnvError,
     engine_config_path,
+    make_engine_home,
 )
 from sfbus_components.envs.doom.match import RESET, Match, MatchError, PlayerSetup, free_udp_port
 from sfbus_components.envs.doom.shm import start_sweeper
@@ -169,6 +170,7 @@ class DoomDuelEnv(MultiAgentEnv):
     def _start_match(self, obs_out: ObsDict) -> None:
         """Start a match and its first episode, retrying on a new port; raise after the last."""
         error: Exception | None = None
+        make_engine_home()  # the players' engines start at once, in this process's directory
         for _ in range(self._max_start_attempts):
             port = free_udp_port()
             setups = [PlayerSetup(index=i, port=port, seed=self._seed, **self._setup)

@@ -75,6 +75,14 @@ def engine_config_path() -> str:
     return os.path.join(folder, "vizdoom.ini")
 
 
+def make_engine_home() -> None:
+    """Create ``./_vizdoom``, the folder every VizDoom engine makes in its working directory as
+    it starts: engines started at once in a fresh directory race to create it, and a loser dies
+    (SIGSEGV after "Failed to create ./_vizdoom/ directory: File exists")."""
+    with contextlib.suppress(OSError):  # not writable: the engine's own error says so
+        os.makedirs("_vizdoom", exist_ok=True)
+
+
 def _check_choices(frameskip: int, action_space: str, interpolation: str) -> None:
     if frameskip < 1:
         raise ValueError(f"frameskip must be >= 1, not {frameskip}")
@@ -151,6 +159,7 @@ class DoomEnv(MultiAgentEnv):
             g.add_game_args(f"{_DEATHMATCH_ARGS} +viz_respawn_delay {sc.respawn_delay}")
         if seed is not None:
             g.set_seed(seed)
+        make_engine_home()
         try:
             g.init()
         except _ENGINE_ERRORS as e:

@@ -282,3 +282,21 @@ def test_engine_config_lives_in_a_folder_only_this_user_can_write(
             assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
     finally:
         doom.engine_config_path.cache_clear()
+
+
+def test_doom_env_makes_the_engine_folder_before_its_engine_starts(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every engine makes ./_vizdoom as it starts, and of engines started at once in a fresh
+    folder the one that lost the race died ("Failed to create ./_vizdoom/ directory: File
+    exists"): the env makes it first."""
+    monkeypatch.chdir(tmp_path)
+    found_at_init: list[bool] = []
+
+    class Game(vzd.DoomGame):
+        def init(self) -> bool:
+            found_at_init.append((tmp_path / "_vizdoom").is_dir())
+            return super().init()
+
+    monkeypatch.setattr(vzd, "DoomGame", Game)
+    make_env("doom_basic").close()
+    assert found_at_init == [True]
