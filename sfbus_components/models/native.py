@@ -35,11 +35,12 @@ __attribute__((simd("notinbranch"))) float expf(float);
 
 static inline float bf16_to_float(uint16_t b) {
   uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
-/* round to nearest even, NaN to 0x7fc0: c10::BFloat16's rounding */
+/* round to nearest even, NaN to 0x7fc0: c10::BFloat16's rounding (one select, no branch:
+   GCC vectorizes a loop for AVX2 only where it can if-convert all of it) */
 static inline uint16_t float_to_bf16(float f) {
   uint32_t u; memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16); }
+  uint16_t rounded = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  return (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0 : rounded; }
 #define AS_FLOAT(v) (v)
 
 void elu_f32(const float *restrict x, float *restrict y, int64_t n) {
@@ -47,16 +48,18 @@ void elu_f32(const float *restrict x, float *restrict y, int64_t n) {
 void elu_bf16(const uint16_t *restrict x, uint16_t *restrict y, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     float v = bf16_to_float(x[i]), e = expm1f(v); y[i] = float_to_bf16(v > 0.f ? v : e); } }
-/* torch's elu_backward from the input: grad where x > 0, grad * exp(x) elsewhere */
+/* torch's elu_backward from the input: grad * exp(x) where x <= 0, else grad (grad * exp(0),
+   exactly; NaN counts as > 0, as in torch). Written so that GCC vectorizes it for AVX2 too:
+   a select between grad and grad * exp(x) was left scalar there (6 ns a value, not 0.6) */
 void elu_backward_f32(const float *restrict g, const float *restrict x, float *restrict d,
                       int64_t n) {
   for (int64_t i = 0; i < n; i++) {
-    float v = x[i], e = g[i] * expf(v); d[i] = v > 0.f ? g[i] : e; } }
+    float v = x[i], e = expf(v < 0.f ? v : 0.f); d[i] = g[i] * e; } }
 void elu_backward_bf16(const uint16_t *restrict g, const uint16_t *restrict x,
                        uint16_t *restrict d, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
-    float v = bf16_to_float(x[i]), gv = bf16_to_float(g[i]), e = gv * expf(v);
-    d[i] = float_to_bf16(v > 0.f ? gv : e); } }
+    float v = bf16_to_float(x[i]), e = expf(v < 0.f ? v : 0.f);
+    d[i] = float_to_bf16(bf16_to_float(g[i]) * e); } }
 
 /* torch's addcmul(offset, x, scale) (one FMA, as its vector kernel computes it), then clamp */
 static inline float affine(uint8_t x, float scale, float offset, float clip) {
