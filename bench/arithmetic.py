@@ -3,8 +3,10 @@
 ``python -m bench.arithmetic [--write-docs]`` times, in this process with one torch thread (as
 the learner and the inference worker run), the phases of one APPO step on a doom_basic-sized
 batch (32 trajectories x 32 steps of 3x72x128 frames, the default conv + GRU 512 model):
-normalizing the observations, forward pass and loss, backward pass, clipping and Adam; and one
-inference step (normalization included) at 8, 16 and 32 rows, eager and on packed weights.
+normalizing the observations, forward pass and loss (GAE's targets first, from V(x_T), then
+the loss over the 32 steps, as the learner computes them), backward pass, clipping and Adam;
+and one inference step (normalization included) at 8, 16 and 32 rows, eager and on packed
+weights.
 Each configuration is timed alternately, so machine noise hits them alike, and reported as the
 median of ``--repeats`` runs. ``--duel`` adds the self-play duel's packed step (the ``full``
 model over frames and measurements) at 1, 2 and 8 rows, 4 policies taken in turn as a rollout
@@ -26,7 +28,7 @@ import torch
 
 from bench import throughput
 from bench.report import write_section
-from sfbus_components.algo import AppoConfig, appo_loss
+from sfbus_components.algo import AppoConfig, appo_loss, gae_targets
 from sfbus_components.datapath.settings import DataPathParams, build_policy
 from sfbus_components.envs import env_spec
 from sfbus_components.learning.heap import keep_freed_memory
@@ -63,7 +65,7 @@ class LearnerStep:
         b, t = trajectories, steps
         self.steps = t
         self.raw = torch.randint(0, 256, (b, t + 1, *IMAGE), dtype=torch.uint8)
-        self.batch = {"rnn": torch.zeros(b, 512), "actions": torch.randint(0, 3, (b, t, 1)),
+        self.batch = {"rnn": torch.zeros(b, t + 1, 512), "actions": torch.randint(0, 3, (b, t, 1)),
                       "log_probs": torch.full((b, t), -1.1), "values": torch.zeros(b, t),
                       "rewards": torch.randn(b, t), "dones": torch.zeros(b, t),
                       "action_params": torch.zeros(b, t, 3)}
@@ -77,8 +79,10 @@ class LearnerStep:
         image_dtype = self.model.encoder.compute_dtype(self.raw.device)  # as the learner
         obs = {"obs": stats.normalize(self.raw, image_dtype)}
         marks.append(time.perf_counter())
-        loss, _ = appo_loss(self.model, {**self.batch, "obs": obs}, DOOM_BASIC_LOSSES,
-                            self.returns)
+        batch = {**self.batch, "obs": obs}
+        targets, advantages = gae_targets(self.model, batch, DOOM_BASIC_LOSSES, self.returns)
+        loss, _ = appo_loss(self.model, {**batch, "targets": targets, "advantages": advantages},
+                            DOOM_BASIC_LOSSES, self.returns)
         marks.append(time.perf_counter())
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
