@@ -28,10 +28,10 @@ import torch
 
 from bench import throughput
 from bench.report import write_section
+from sfbus.heap import keep_freed_memory
 from sfbus_components.algo import AppoConfig, appo_loss, gae_targets
 from sfbus_components.datapath.settings import DataPathParams, build_policy
 from sfbus_components.envs import env_spec
-from sfbus_components.learning.heap import keep_freed_memory
 from sfbus_components.models import ActorCritic, ModelConfig
 from sfbus_components.models.normalizers import ObsNormalizer, ReturnsNormalizer
 

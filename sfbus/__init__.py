@@ -21,7 +21,9 @@ The public kernel API is the names below; everything else in the package is priv
   its type in an actor class's ``records``, read it as ``context.records[Type]`` in any process,
   or in ``shared_arrays``), ``RunRecords`` (the run's records by type).
 - Helpers: ``RateLimitedLog`` (a warning on a hot path, at most once per interval),
-  ``command_lines`` (every process's argv, for sweeping up after external engines).
+  ``command_lines`` (every process's argv, for sweeping up after external engines),
+  ``keep_freed_memory`` (glibc's malloc keeps big freed blocks: every process of a run sets it
+  as it starts; a component allocating big tensors in a process of its own making calls it).
 - Errors: ``SfbusError`` and its kinds; ``BadInput`` is the user's (exit 2).
 """
 
@@ -39,6 +41,7 @@ from sfbus.errors import (
     SlotPoolExhausted,
     TopologyError,
 )
+from sfbus.heap import keep_freed_memory
 from sfbus.launch import STOP_WITH_PARENT_ENV, run
 from sfbus.messages import Empty, Message
 from sfbus.procfs import command_lines
@@ -87,6 +90,7 @@ __all__ = [
     "import_actor_class",
     "import_object",
     "instance_name",
+    "keep_freed_memory",
     "load_topology",
     "make_private_dir",
     "new_run_dir",

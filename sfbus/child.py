@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from sfbus.heap import keep_freed_memory
 from sfbus.host import ProcessHost
 from sfbus.loop import run
 from sfbus.routing import RoutingTable
@@ -134,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one process of a run until the supervisor stops it."""
     run_dir_arg, process = (argv if argv is not None else sys.argv[1:])[:2]
     run_dir = Path(run_dir_arg)
+    keep_freed_memory()  # before the first thread allocates, or that thread keeps a heap of its own
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     _configure_logging(run_dir, process)

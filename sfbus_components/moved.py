@@ -31,7 +31,7 @@ MOVED: dict[str, str] = {
     "components.learner_checkpoints": "sfbus_components.learning.checkpoint_schedule",
     "components.distributed": "sfbus_components.learning.distributed",
     "components.learner_faults": "sfbus_components.learning.faults",
-    "components.heap": "sfbus_components.learning.heap",
+    "components.heap": "sfbus.heap",
     "components.learner": "sfbus_components.learning.learner",
     "components.policy": "sfbus_components.models.policy",
     "components.stats": "sfbus_components.monitoring.stats",

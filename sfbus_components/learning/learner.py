@@ -39,6 +39,7 @@ from sfbus import (
     RunRecords,
     Signal,
     Topology,
+    keep_freed_memory,
     slot,
 )
 from sfbus_components.algo.trajectories import Trajectories
@@ -64,7 +65,6 @@ from sfbus_components.learning.checkpoint import config_fingerprint, load_newest
 from sfbus_components.learning.checkpoint_schedule import Kind, LearnerCheckpoints
 from sfbus_components.learning.distributed import Peers, check_supported, join_peers
 from sfbus_components.learning.faults import NumericsGuard, restore_published
-from sfbus_components.learning.heap import keep_freed_memory
 from sfbus_components.learning.learner_params import LearnerParams
 from sfbus_components.learning.population_member import PopulationMember
 from sfbus_components.learning.training_report import TrainingReport
@@ -131,7 +131,7 @@ class Learner(Actor):
         self.data = self.context.records[DataPath].params if data is None else data
         p.check_data_path(self.data)
         torch.set_num_threads(p.torch_threads)
-        keep_freed_memory()
+        keep_freed_memory()  # set already where a run's process started; not in serial mode
         self.spec = policy_spec(self.data, p.policy)  # agent_policies: its own agents' spaces
         self.training = TrainingState(build_policy(self.data, p.policy), p.appo, self.data.seed,
                                       device)
