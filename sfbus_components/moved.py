@@ -59,4 +59,6 @@ MOVED: dict[str, str] = {
     "sfbus_components.envs.envpool_env": "sfbus_components.envs.envpool.pool",
     "sfbus_components.envs.gym_adapter": "sfbus_components.envs.gym.adapter",
     "sfbus_components.envs.pettingzoo_adapter": "sfbus_components.envs.pettingzoo.adapter",
+    # #36: malloc's settings are every run process's, set as it starts
+    "sfbus_components.learning.heap": "sfbus.heap",
 }
