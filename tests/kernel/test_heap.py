@@ -66,6 +66,8 @@ def test_only_threads_that_allocate_after_the_settings_keep_their_blocks():
 def test_a_run_process_keeps_freed_memory_before_its_first_thread(monkeypatch, tmp_path):
     events = []
     monkeypatch.setattr(child, "keep_freed_memory", lambda: events.append("heap settings"))
+    # (the real watcher would also tie this test process to its parent, or end it)
+    monkeypatch.setattr(child, "_die_with_parent", lambda: events.append("watcher thread"))
     monkeypatch.setattr(threading.Thread, "start", lambda self: events.append("thread"))
     monkeypatch.setattr(child.signal, "signal", lambda *args: None)
     monkeypatch.setattr(child, "_configure_logging", lambda *args: None)
