@@ -1,5 +1,5 @@
-"""keep_freed_memory: a big block freed and allocated again soon costs no page faults, in the
-threads of a run's processes too."""
+"""keep_freed_memory: a big block freed and allocated again soon costs no page faults; a run's
+processes set it before their first thread."""
 
 from __future__ import annotations
 
@@ -13,54 +13,31 @@ from sfbus import child
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
 
-# In a child process: the setting is process-wide and would outlive the test here. A block is
-# allocated and freed 30 times (glibc's heap takes a few rounds to settle: 7 here), in the main
-# thread or in a thread started after another thread allocated and ended, as a learner's
-# training threads follow its process's watcher threads; prints the last allocation's faults.
+# In a child process: the setting is process-wide and would outlive the test here.
 _PROBE = """
-import resource, sys, threading, torch
+import resource, sys, torch
 from sfbus.heap import keep_freed_memory
-mode, where, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
-if mode == "keep first":
+if sys.argv[1] == "keep":
     assert keep_freed_memory()
-earlier = threading.Thread(target=lambda: torch.ones(1 << 16))
-earlier.start(); earlier.join()
-if mode == "keep after a thread":
-    assert keep_freed_memory()
-faults = []
-def allocate():
-    for _ in range(30):
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        block = torch.ones(size, dtype=torch.uint8)
-        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-        del block
-if where == "main":
-    allocate()
-else:
-    worker = threading.Thread(target=allocate); worker.start(); worker.join()
-print(faults[-1])
+for _ in range(30):  # glibc's heap takes a few rounds to settle (7 here)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    block = torch.ones(64 << 20, dtype=torch.uint8)  # 64 MB: above glibc's mmap threshold
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    del block
+print(faults)
 """
 
 
-def _faults_of_last_allocation(mode: str, where: str, size: int) -> int:
-    out = subprocess.run([sys.executable, "-c", _PROBE, mode, where, str(size)],
-                         capture_output=True, text=True, check=True)
+def _faults_of_last_allocation(mode: str) -> int:
+    out = subprocess.run([sys.executable, "-c", _PROBE, mode], capture_output=True, text=True,
+                         check=True)
     return int(out.stdout)
 
 
 def test_a_freed_big_block_is_reused_without_page_faults():
-    size = 64 << 20  # above glibc's mmap threshold
-    pages = size // 4096
-    assert _faults_of_last_allocation("default", "main", size) > pages // 2  # mapped every time
-    assert _faults_of_last_allocation("keep first", "main", size) < pages // 20
-
-
-def test_only_threads_that_allocate_after_the_settings_keep_their_blocks():
-    """A float32 learner's activations (71-117 MB) exceed what a thread's own heap holds."""
-    size = 96 << 20
-    pages = size // 4096
-    assert _faults_of_last_allocation("keep after a thread", "thread", size) > pages // 2
-    assert _faults_of_last_allocation("keep first", "thread", size) < pages // 20
+    pages = (64 << 20) // 4096
+    assert _faults_of_last_allocation("default") > pages // 2  # mapped afresh every time
+    assert _faults_of_last_allocation("keep") < pages // 20
 
 
 def test_a_run_process_keeps_freed_memory_before_its_first_thread(monkeypatch, tmp_path):
