@@ -76,11 +76,13 @@ class LearnerStep:
         marks = [time.perf_counter()]
         stats = self.normalizer.stats["obs"]
         stats.update(self.raw[:, : self.steps : 8])  # as the learner: every 8th step's frames
-        image_dtype = self.model.encoder.compute_dtype(self.raw.device)  # as the learner
-        obs = {"obs": stats.normalize(self.raw, image_dtype)}
+        image_dtype = self.model.encoder.compute_dtype(self.raw.device)  # as the learner,
+        obs = {"obs": stats.normalize(self.raw[:, : self.steps], image_dtype)}  # step T apart
+        last = {"obs": stats.normalize(self.raw[:, self.steps :], image_dtype)}
         marks.append(time.perf_counter())
         batch = {**self.batch, "obs": obs}
-        targets, advantages = gae_targets(self.model, batch, DOOM_BASIC_LOSSES, self.returns)
+        targets, advantages = gae_targets(self.model, batch, DOOM_BASIC_LOSSES, self.returns,
+                                          last)
         loss, _ = appo_loss(self.model, {**batch, "targets": targets, "advantages": advantages},
                             DOOM_BASIC_LOSSES, self.returns)
         marks.append(time.perf_counter())

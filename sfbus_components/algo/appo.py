@@ -33,7 +33,8 @@ def appo_loss(
     tensors under `TrainingStats` names, and `policy_lag_mean` / `_max` where versions are given.
 
     `batch` holds the fields of :class:`~sfbus_components.algo.trajectories.Trajectories`
-    (time is axis 1; `T` = the obs' time length - 1). V(x_T), from step T's observation, comes
+    (time is axis 1; `T` = the obs' time length - 1, or the whole of it where GAE's `targets`
+    and `advantages` are given without step T's obs). V(x_T), from step T's observation, comes
     from the *current* model; `obs` should already be normalized (`ObsNormalizer`, once per
     batch). Steps of another policy (`valids`) or lagging more than `cfg.max_policy_lag`
     (`versions` with `learner_version`) are masked out of every loss. Without GAE's `targets`
@@ -43,16 +44,20 @@ def appo_loss(
     obs, num_steps, step, dones = _steps(batch)
     valids, policy_lag = _valid_steps(step, batch, cfg)
 
-    # forward pass over T + 1 steps; the extra step gives the bootstrap value V(x_T)
+    # forward pass over T + 1 steps, the extra one for the bootstrap value V(x_T); over T where
+    # GAE's targets came with it (the learner's batches: 1/(T+1) less of the pass and backward)
     dist_all, values_all = _forward(model, obs, batch["rnn"], dones, cfg)
     dist = dist_all[:, :num_steps]
     values = values_all[:, :num_steps]
+    bootstrap = values_all[:, num_steps].detach() if values_all.shape[1] > num_steps else None
+    if bootstrap is None and cfg.with_vtrace:
+        raise ValueError("V-trace needs V(x_T): obs of T + 1 steps")
     log_prob_new = dist.log_prob(step["actions"])
     log_prob_old = step["log_probs"].float()
 
     with torch.no_grad():
         # log rho_t = log pi(a_t|x_t) - log mu(a_t|x_t)
-        targets, advantages = _targets(step, values.detach(), values_all[:, num_steps].detach(),
+        targets, advantages = _targets(step, values.detach(), bootstrap,
                                        log_prob_new.detach() - log_prob_old, valids, cfg,
                                        returns_normalizer)
         valid_adv = advantages[valids]
@@ -131,6 +136,7 @@ def gae_targets(
     batch: Trajectories,
     cfg: AppoConfig,
     returns_normalizer: ReturnsNormalizer | None = None,
+    bootstrap_obs: dict[str, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Value targets (normalized where returns are) and GAE advantages `[B, T]` of a whole batch.
 
@@ -139,8 +145,10 @@ def gae_targets(
     step T (`rnn [B, T + 1, S]`; a model without state takes any). `appo_loss` trains on
     them as the batch's `targets` and `advantages`. Recomputed from the current critic at every
     minibatch instead, later epochs would normalize what is left of the advantages once the
-    critic has fitted these very returns. The returns statistics take the batch once."""
-    obs, num_steps, step, dones = _steps(batch)
+    critic has fitted these very returns. The returns statistics take the batch once.
+    `bootstrap_obs` (`[B, 1, ...]`): step T's obs, where the batch's obs hold steps 0..T-1 only
+    (the loss then runs no step T: its steps flatten into the encoder's rows without a copy)."""
+    obs, num_steps, step, dones = _steps(batch, bootstrap_apart=bootstrap_obs is not None)
     valids, _ = _valid_steps(step, batch, cfg)
     rnn_state = batch["rnn"]
     if rnn_state.dim() == 3:  # the state entering T is 0 after an episode's end at T - 1
@@ -149,22 +157,25 @@ def gae_targets(
         entering = rnn_state
     else:
         raise ValueError("gae_targets needs the state entering each step: rnn [B, T + 1, S]")
-    _, bootstrap = model.forward_sequence({k: v[:, num_steps:] for k, v in obs.items()},
-                                          entering, torch.zeros_like(dones[:, :1]))
+    last = (bootstrap_obs if bootstrap_obs is not None
+            else {k: v[:, num_steps:] for k, v in obs.items()})
+    _, bootstrap = model.forward_sequence(last, entering, torch.zeros_like(dones[:, :1]))
     return _gae_targets(step, bootstrap[:, 0], dones, valids, cfg, returns_normalizer)
 
 
 def _forward(model: ActorCritic, obs: dict[str, Tensor], rnn: Tensor, dones: Tensor,
              cfg: AppoConfig) -> tuple[ActionDistribution, Tensor]:
-    """The current model over all ``T + 1`` steps: in pieces of ``cfg.recurrence`` steps where
-    the state entering every step is given, else whole from the state entering step 0."""
+    """The current model over the obs' steps (``T + 1``, or ``T`` without the bootstrap step):
+    in pieces of ``cfg.recurrence`` steps where the state entering every step is given, else
+    whole from the state entering step 0."""
     if rnn.dim() == 3 and 0 < cfg.recurrence < dones.shape[1]:
         return _forward_in_pieces(model, obs, rnn, dones, cfg.recurrence)
+    extra = next(iter(obs.values())).shape[1] - dones.shape[1]
     return model.forward_sequence(obs, rnn[:, 0] if rnn.dim() == 3 else rnn,
-                                  torch.nn.functional.pad(dones, (0, 1)))
+                                  torch.nn.functional.pad(dones, (0, extra)))
 
 
-def _targets(step: dict[str, Tensor], values: Tensor, bootstrap: Tensor, log_rhos: Tensor,
+def _targets(step: dict[str, Tensor], values: Tensor, bootstrap: Tensor | None, log_rhos: Tensor,
              valids: Tensor, cfg: AppoConfig, returns_normalizer: ReturnsNormalizer | None,
              ) -> tuple[Tensor, Tensor]:
     """The (normalized) value targets and advantages ``[B, T]`` of a minibatch from the current
@@ -196,11 +207,15 @@ def _gae_targets(step: dict[str, Tensor], bootstrap: Tensor, dones: Tensor, vali
     return _normalized_targets(targets, valids, cfg, returns_normalizer), advantages
 
 
-def _steps(batch: Trajectories) -> tuple[dict[str, Tensor], int, dict[str, Tensor], Tensor]:
+def _steps(batch: Trajectories, bootstrap_apart: bool = False,
+           ) -> tuple[dict[str, Tensor], int, dict[str, Tensor], Tensor]:
     """The batch's obs, its `T`, its per-step fields cut to `T` steps (views), and float
-    dones."""
+    dones. `T` is the obs' time length less step T's, unless that step comes apart
+    (`bootstrap_apart`) or the advantages came without it (their length)."""
     obs = batch["obs"]
-    num_steps = next(iter(obs.values())).shape[1] - 1
+    length = next(iter(obs.values())).shape[1]
+    num_steps = (length if bootstrap_apart else
+                 batch["advantages"].shape[1] if "advantages" in batch else length - 1)
     step = {key: batch[key][:, :num_steps] for key in STEP_KEYS if key in batch}
     return obs, num_steps, step, step["dones"].float()
 
@@ -267,8 +282,9 @@ def bootstrap_time_outs(rewards: Tensor, values: Tensor, dones: Tensor, time_out
 def _forward_in_pieces(model: ActorCritic, obs: dict[str, Tensor], rnn: Tensor,
                        dones: Tensor, piece: int) -> tuple[ActionDistribution, Tensor]:
     """``forward_sequence`` over ``[B, T + 1]`` steps as ``T / piece`` pieces of ``piece`` steps
-    plus the bootstrap step, each from the stored state entering its first step
-    (``rnn [B, T + 1, S]``, zeroed after an episode's end as the rollout worker does)."""
+    plus the bootstrap step (where the obs have it), each from the stored state entering its
+    first step (``rnn [B, T + 1, S]``, zeroed after an episode's end as the rollout worker
+    does)."""
     batch, num_steps = dones.shape
     pieces = num_steps // piece
     entering = rnn.clone()
@@ -278,6 +294,10 @@ def _forward_in_pieces(model: ActorCritic, obs: dict[str, Tensor], rnn: Tensor,
     dist_body, values_body = model.forward_sequence(
         body, entering[:, :num_steps:piece].reshape(batch * pieces, -1),
         dones.reshape(batch * pieces, piece))
+    if next(iter(obs.values())).shape[1] == num_steps:  # no bootstrap step
+        return (ActionDistribution.from_params(dist_body.params.reshape(batch, num_steps, -1),
+                                               model.action_heads, model.action_dim),
+                values_body.reshape(batch, num_steps))
     last = {k: v[:, num_steps:] for k, v in obs.items()}
     dist_last, values_last = model.forward_sequence(last, entering[:, num_steps],
                                                     torch.zeros_like(dones[:, :1]))

@@ -26,7 +26,8 @@ class Trajectories(TypedDict):
 
     obs: dict[str, Tensor]
     """Observations by key, ``[B, T + 1, ...]`` (the buffer's ``obs.<key>``); in the loss,
-    normalized by the policy's ``ObsNormalizer`` (uint8 images: scaled by the model)."""
+    normalized by the policy's ``ObsNormalizer`` (uint8 images: scaled by the model), and
+    ``[B, T, ...]`` where GAE's ``targets`` and ``advantages`` already hold V(x_T)."""
     rnn: Tensor
     """The RNN state entering step 0, ``[B, S]``; or entering every step, ``[B, T + 1, S]``
     (needed by ``appo.recurrence`` and by ``gae_targets``)."""

@@ -128,7 +128,16 @@ class AppoUpdate:
         # at mean 0, variance 1 (images then come out as x / 255). Images come out in the
         # encoder's compute dtype, so it has no cast of its own to make.
         image_dtype = t.policy.model.encoder.compute_dtype(t.device)
-        obs = {k: stats[k].normalize(v, image_dtype) if k in stats else v for k, v in obs.items()}
+
+        def normalized(steps: slice) -> dict[str, torch.Tensor]:
+            return {k: stats[k].normalize(v[:, steps], image_dtype) if k in stats else v[:, steps]
+                    for k, v in obs.items()}
+
+        # GAE: step T's obs apart, for V(x_T) alone; the loss's steps then flatten into the
+        # encoder's rows as they are, and step T costs no pass with gradients
+        last_step = next(iter(obs.values())).shape[1] - 1
+        bootstrap_obs = None if cfg.with_vtrace else normalized(slice(last_step, None))
+        obs = normalized(slice(None if cfg.with_vtrace else last_step))
         rewards = (batch["rewards"] * (params.reward_scale * self.env_reward_scale)
                    ).clamp(-cfg.reward_clip, cfg.reward_clip)
         # another policy's steps, and an inactive agent's, feed V-trace only
@@ -137,7 +146,7 @@ class AppoUpdate:
                               "learner_version": t.version}
         if not cfg.with_vtrace:  # GAE once per batch, from the behaviour-time values
             data["targets"], data["advantages"] = gae_targets(t.policy.model, data, cfg,
-                                                              t.returns_normalizer)
+                                                              t.returns_normalizer, bootstrap_obs)
         return data
 
     def _sgd_step(self, minibatch: Trajectories, params: LearnerParams, peers: Peers | None,

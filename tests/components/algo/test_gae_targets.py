@@ -96,3 +96,40 @@ def test_a_recurrent_model_needs_every_stored_state(net) -> None:
     batch = make_batch(net, batch=2, steps=4)
     with pytest.raises(ValueError, match="state entering each step"):
         gae_targets(net, batch, GAE)
+
+
+@pytest.mark.parametrize("recurrence", [0, 3], ids=["whole", "in_pieces"])
+def test_step_t_apart_leaves_it_out_of_the_loss_pass(net, recurrence) -> None:
+    batch = make_batch(net, batch=4, steps=6)
+    batch = {**batch, "rnn": stored_states(net, batch)}
+    cfg = dataclasses.replace(GAE, recurrence=recurrence)
+    obs = batch["obs"]["obs"]
+    body = {**batch, "obs": {"obs": obs[:, :6].contiguous()}}  # as the learner normalizes them
+    targets, advantages = gae_targets(net, body, cfg, bootstrap_obs={"obs": obs[:, 6:]})
+    whole_targets, whole_advantages = gae_targets(net, batch, cfg)
+    torch.testing.assert_close(targets, whole_targets)
+    torch.testing.assert_close(advantages, whole_advantages)
+    rows: list[int] = []
+    net.encoder.register_forward_hook(lambda module, args, out: rows.append(out.shape[0]))
+
+    def gradients(loss: torch.Tensor) -> list[torch.Tensor]:
+        net.zero_grad()
+        loss.backward()
+        return [p.grad.clone() for p in net.parameters()]
+
+    given = gradients(appo_loss(net, {**body, "targets": targets, "advantages": advantages},
+                                cfg)[0])
+    assert sum(rows) == 4 * 6  # V(x_T) came with the targets: step T is not run
+    rows.clear()
+    own = gradients(appo_loss(net, batch, cfg)[0])
+    assert sum(rows) == 4 * 7  # its own GAE needs V(x_T) from this pass
+    for a, b in zip(given, own, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_v_trace_refuses_obs_without_step_t(net) -> None:
+    batch = make_batch(net, batch=2, steps=4)
+    body = {**batch, "obs": {"obs": batch["obs"]["obs"][:, :4]},
+            "targets": torch.zeros(2, 4), "advantages": torch.zeros(2, 4)}
+    with pytest.raises(ValueError, match="V-trace needs V"):
+        appo_loss(net, body, dataclasses.replace(GAE, with_vtrace=True))
