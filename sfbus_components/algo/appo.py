@@ -44,14 +44,11 @@ def appo_loss(
     obs, num_steps, step, dones = _steps(batch)
     valids, policy_lag = _valid_steps(step, batch, cfg)
 
-    # forward pass over T + 1 steps, the extra one for the bootstrap value V(x_T); over T where
-    # GAE's targets came with it (the learner's batches: 1/(T+1) less of the pass and backward)
+    # forward pass over T + 1 steps (step T gives V(x_T)), or T where GAE's targets hold V(x_T)
     dist_all, values_all = _forward(model, obs, batch["rnn"], dones, cfg)
     dist = dist_all[:, :num_steps]
     values = values_all[:, :num_steps]
-    bootstrap = values_all[:, num_steps].detach() if values_all.shape[1] > num_steps else None
-    if bootstrap is None and cfg.with_vtrace:
-        raise ValueError("V-trace needs V(x_T): obs of T + 1 steps")
+    bootstrap = _bootstrap(values_all, num_steps, cfg)
     log_prob_new = dist.log_prob(step["actions"])
     log_prob_old = step["log_probs"].float()
 
@@ -161,6 +158,16 @@ def gae_targets(
             else {k: v[:, num_steps:] for k, v in obs.items()})
     _, bootstrap = model.forward_sequence(last, entering, torch.zeros_like(dones[:, :1]))
     return _gae_targets(step, bootstrap[:, 0], dones, valids, cfg, returns_normalizer)
+
+
+def _bootstrap(values_all: Tensor, num_steps: int, cfg: AppoConfig) -> Tensor | None:
+    """V(x_T) from the pass, detached; None where the obs came without step T (GAE's targets
+    hold it), which V-trace, needing the current model's, refuses."""
+    if values_all.shape[1] > num_steps:
+        return values_all[:, num_steps].detach()
+    if cfg.with_vtrace:
+        raise ValueError("V-trace needs V(x_T): obs of T + 1 steps")
+    return None
 
 
 def _forward(model: ActorCritic, obs: dict[str, Tensor], rnn: Tensor, dones: Tensor,
