@@ -104,9 +104,12 @@ class TrajectorySink(Actor):
 # ----- pure simulation ----------------------------------------------------------------------
 
 def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: Any,
-              ready: Any, stop: Any, env_kwargs: dict[str, Any], episode_steps: int) -> None:
+              ready: Any, stop: Any, env_kwargs: dict[str, Any], episode_steps: int,
+              model: str = "") -> None:
     """One simulation process: pin, make envs, step them with random actions until ``stop``,
-    starting a new episode in each every ``episode_steps`` steps (0: only where one ends)."""
+    starting a new episode in each every ``episode_steps`` steps (0: only where one ends); with
+    ``model`` (a ``model.precision``), the actions come from one packed inference pass over all
+    the envs' last observations per step, as an inference worker serves its rollout process."""
     os.sched_setaffinity(0, [core])  # before the envs, so that their engine processes inherit it
     with contextlib.suppress(ImportError):
         import cv2
@@ -125,13 +128,15 @@ def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: 
     for e, m in enumerate(made):
         m.reset_into(outs[0][e], seed=1000 * worker + e)
     rng = np.random.default_rng(worker)
+    act = _ModelActions(env, envs * na, model) if model else None
     ready.put((worker, spec.frameskip))
     t = taken = 0
     while not stop.is_set():
-        t = t % rollout + 1
+        last, t = t, t % rollout + 1
         taken += 1
         cut = episode_steps and taken % episode_steps == 0
-        actions, _ = spec.random_actions(rng, envs * na)
+        actions = act({k: a[:, last] for k, a in obs.items()}) if act \
+            else spec.random_actions(rng, envs * na)[0]
         for e in range(envs):
             try:
                 made[e].step_into(actions[e * na:(e + 1) * na], outs[t][e])
@@ -144,6 +149,36 @@ def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: 
         steps.value += envs * na
     for m in made:
         m.close()
+
+
+class _ModelActions:
+    """The actions the packed default model (initial weights, ``precision``) takes on ``rows``
+    observations a call, its RNN state carried between calls."""
+
+    def __init__(self, env: str, rows: int, precision: str) -> None:
+        import torch
+
+        from sfbus_components.datapath.settings import DataPathParams, build_policy
+        from sfbus_components.envs import env_spec
+        from sfbus_components.models import ModelConfig
+
+        torch.set_num_threads(1)
+        torch.manual_seed(0)
+        self.policy = build_policy(DataPathParams(env=env, model=ModelConfig(precision=precision)))
+        self.policy.prepare_for_inference(packed=True)
+        self.state = torch.zeros(rows, self.policy.model.state_size)
+        self.shape = (rows, *env_spec(env).action_shape)
+
+    def __call__(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """The actions for ``obs`` (a row per env agent)."""
+        import torch
+
+        # the copy is the inference worker's gather of its rows
+        batch = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in obs.items()}
+        with torch.inference_mode():
+            out = self.policy.step(batch, self.state)
+        self.state = out.rnn_state
+        return out.actions.numpy().reshape(self.shape)
 
 
 def _wait_ready(ready: Any, procs: list[Any], timeout: float = 300.0) -> list[tuple[int, int]]:
