@@ -296,12 +296,23 @@ def play(players: Sequence[Any], counted: Iterable[int], state_size: int, env: A
 
 def check_one_policy_for_all(params: TrainedPolicy) -> None:
     """Refuse (``EnjoyError``) a policy of a run of heterogeneous agents where one policy is to
-    act for every agent of the env (evaluating, exporting, pushing)."""
+    act for every agent of the env (evaluating, pushing)."""
     if params.data.agent_policies:
         raise EnjoyError(f"policy {params.policy} acts beside agents of other spaces "
-                         f"(agent_policies {params.data.agent_policies}); evaluating, exporting "
-                         "or pushing a policy of heterogeneous agents is not supported yet "
-                         "(sfbus enjoy plays it)")
+                         f"(agent_policies {params.data.agent_policies}); evaluating or pushing "
+                         "a policy of heterogeneous agents is not supported yet (sfbus enjoy "
+                         "plays it, sfbus export writes it)")
+
+
+def own_spec(params: TrainedPolicy, spec: Any) -> Any:
+    """The spec policy ``params`` acts in: the env's ``spec``, or in a run of heterogeneous
+    agents (``agent_policies``) its own agents' spaces."""
+    data = params.data
+    if not data.agent_policies:
+        return spec
+    from sfbus_components.datapath.agent_policies import resolve_agent_policies
+
+    return resolve_agent_policies(spec, data.agent_policies, data.num_policies)[1][params.policy]
 
 
 def make_play_env(params: TrainedPolicy, *, render: bool,

@@ -33,9 +33,9 @@ from torch import Tensor, nn
 from sfbus import BadInput, SfbusError
 from sfbus_components.commands.enjoy import (
     EnjoyError,
-    check_one_policy_for_all,
     learner_params,
     make_play_env,
+    own_spec,
     read_checkpoint,
 )
 from sfbus_components.commands.hub import run_directory
@@ -79,13 +79,12 @@ def cmd_export(args: argparse.Namespace) -> int:
                              ) from None
         run_dir = run_directory(args.run_dir)
         params = learner_params(run_dir, args.policy)
-        check_one_policy_for_all(params)
         path, state = read_checkpoint(run_dir, params, args.checkpoint)
     except EnjoyError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
         raise BadInput(str(error)) from None
-    env = make_play_env(params, render=False)
+    env = make_play_env(params, render=False, agents_own_policies=True)
     try:
-        spec = env.spec
+        spec = own_spec(params, env.spec)  # a heterogeneous run's policy: its agents' spaces
     finally:
         env.close()
     policy = Policy(spec, params.data.model)

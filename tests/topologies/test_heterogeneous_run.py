@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import onnxruntime
 import pytest
 
 from sfbus_components.learning.checkpoint import load_checkpoint
@@ -52,16 +53,24 @@ def test_predators_and_prey_each_train_their_own_model(tmp_path: Path) -> None:
     assert played.returncode == 0, played.stderr[-3000:]
     assert "agents agent_0 play policy 1; the others their own policies'" in played.stdout
     assert re.search(r"mean length 25\.0 over 2 episodes", played.stdout), played.stdout
-    # evaluating, exporting, pushing: one policy acting for every agent, refused, no traceback
-    for command in (["eval"], ["export", "--onnx", str(tmp_path / "prey.onnx")],
-                    ["push", "--repo", "user/prey", "--no-upload"]):
+    # exported over its own side's spaces: the prey's 14 numbers in, its 5 actions' logits out
+    onnx = tmp_path / "prey.onnx"
+    exported = subprocess.run([sys.executable, "-m", "sfbus", "export", str(run_dir), "--policy",
+                               "1", "--onnx", str(onnx)], capture_output=True, text=True,
+                              timeout=60)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    session = onnxruntime.InferenceSession(str(onnx))
+    shapes = {i.name: i.shape for i in (*session.get_inputs(), *session.get_outputs())}
+    assert shapes["obs"][-1] == 14 and shapes["action_logits"][-1] == 5, shapes
+    # evaluating, pushing: one policy acting for every agent, refused, no traceback
+    for command in (["eval"], ["push", "--repo", "user/prey", "--no-upload"]):
         refused = subprocess.run([sys.executable, "-m", "sfbus", command[0], str(run_dir),
                                   "--policy", "1", *command[1:]],
                                  capture_output=True, text=True, timeout=60)
         assert refused.returncode == 2, refused.stderr[-3000:]
         assert refused.stderr.strip().splitlines()[-1].startswith(
             "error: policy 1 acts beside agents of other spaces (agent_policies"), refused.stderr
-    assert not (tmp_path / "prey.onnx").exists() and not (run_dir / "hub").exists()
+    assert not (run_dir / "hub").exists()
 
 
 @pytest.mark.parametrize(("mapping", "message"), [
