@@ -296,12 +296,12 @@ def play(players: Sequence[Any], counted: Iterable[int], state_size: int, env: A
 
 def check_one_policy_for_all(params: TrainedPolicy) -> None:
     """Refuse (``EnjoyError``) a policy of a run of heterogeneous agents where one policy is to
-    act for every agent of the env (evaluating, pushing)."""
+    act for every agent of the env (pushing to the Hub)."""
     if params.data.agent_policies:
         raise EnjoyError(f"policy {params.policy} acts beside agents of other spaces "
-                         f"(agent_policies {params.data.agent_policies}); evaluating or pushing "
-                         "a policy of heterogeneous agents is not supported yet (sfbus enjoy "
-                         "plays it, sfbus export writes it)")
+                         f"(agent_policies {params.data.agent_policies}); pushing a policy of "
+                         "heterogeneous agents is not supported yet (sfbus enjoy plays it, "
+                         "sfbus eval scores it, sfbus export writes it)")
 
 
 def own_spec(params: TrainedPolicy, spec: Any) -> Any:

@@ -9,7 +9,9 @@ per step (:mod:`sfbus_components.evaluation.seeded_episodes`). Episode ``k`` sta
 score), sorted by seed, then a ``mean`` row over them. With ``--opponent FILE`` (a league
 snapshot, ``RUN_DIR/league/snapshot_*.pt``, or a learner checkpoint of the same env and model,
 from any run) agents 1.. of every episode play that fixed opponent: the rows are the evaluated
-policy's (agent 0) with a ``win`` column (1, 0.5 a draw, 0, as the env reports the match).
+policy's (agent 0) with a ``win`` column (1, 0.5 a draw, 0, as the env reports the match). In a
+run of heterogeneous agents (``agent_policies``) a policy plays its own agents, and the rows are
+theirs; every other agent acts with its own policy's newest checkpoint (as ``sfbus enjoy``).
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from typing import Any
 from sfbus import BadInput
 from sfbus_components.commands.enjoy import (
     EnjoyError,
+    agents_players,
     build_from_checkpoint,
-    check_one_policy_for_all,
     check_seeds,
     learners,
     make_play_env,
@@ -81,7 +83,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         rows = evaluate(params, state, episodes=args.episodes, envs=args.envs,
                         deterministic=args.deterministic, first_seed=args.seed,
-                        opponent=opponent)
+                        opponent=opponent, run_dir=run_dir)
         csv_path = out / f"eval_policy_{params.policy}.csv"
         mean = write_csv(csv_path, rows, wins=opponent is not None)
         against = "" if opponent is None else \
@@ -106,7 +108,10 @@ def _check(args: argparse.Namespace, run_dir: Path) -> list[tuple[Any, Path, dic
         if policy not in found:
             raise EnjoyError(f"--policy {policy}: {run_dir} has no such policy (it trains "
                              f"{', '.join(str(p) for p in sorted(found))})")
-        check_one_policy_for_all(found[policy])
+        if args.opponent is not None and found[policy].data.agent_policies:
+            raise EnjoyError(f"--opponent: policy {policy} plays beside agents of other spaces "
+                             f"(agent_policies {found[policy].data.agent_policies}), each with "
+                             "its own policy: there are no agents 1.. for an opponent to play")
     if args.checkpoint not in (None, "best") and len(wanted) > 1:
         raise EnjoyError(f"--checkpoint {args.checkpoint}: a file holds one policy; choose it "
                          f"with --policy")
@@ -135,27 +140,37 @@ def read_opponent(path: Path, params: Any) -> Any:
 
 
 def evaluate(params: Any, state: dict, *, episodes: int, envs: int, deterministic: bool,
-             first_seed: int, opponent: Any = None) -> list[Any]:
+             first_seed: int, opponent: Any = None, run_dir: Path | None = None) -> list[Any]:
     """Play ``episodes`` seeded episodes of the checkpoint ``state``; their rows by seed (with
-    an ``opponent`` playing agents 1.., agent 0's rows)."""
+    an ``opponent`` playing agents 1.., agent 0's rows; in a run of heterogeneous agents, the
+    policy's own agents' rows, the others played by their policies' newest checkpoints in
+    ``run_dir``)."""
     import torch
     from tqdm import tqdm
 
     from sfbus_components.evaluation.seeded_episodes import SeededEpisodes
 
-    played = [make_play_env(params, render=False) for _ in range(min(envs, episodes))]
+    played = [make_play_env(params, render=False, agents_own_policies=True)
+              for _ in range(min(envs, episodes))]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # batches of a few rows: more threads only contend for the cores
     try:
-        policy = build_from_checkpoint(played[0].spec, params, state)
-        runner = SeededEpisodes(played, policy, params.data.state_size,
-                                deterministic=deterministic, first_seed=first_seed,
-                                opponent=opponent)
+        spec = played[0].spec
+        if params.data.agent_policies:
+            assert run_dir is not None
+            players, counted = agents_players(run_dir, params, state, spec)
+        else:
+            policy = build_from_checkpoint(spec, params, state)
+            players = [policy] * spec.num_agents if opponent is None else \
+                [policy] + [opponent] * (spec.num_agents - 1)
+            counted = list(range(spec.num_agents)) if opponent is None else [0]
+        runner = SeededEpisodes(played, players, params.data.state_size,
+                                deterministic=deterministic, first_seed=first_seed)
         # tqdm shows itself only on a terminal (disable=None): logs and pipes stay clean
         with tqdm(total=episodes, desc=f"policy {params.policy}", unit="episode",
                   disable=None, file=sys.stderr) as bar:
             rows = runner.play(episodes, on_episode=lambda rows: bar.update(1))
-        return rows if opponent is None else [r for r in rows if r.agent == 0]
+        return [r for r in rows if r.agent in counted]
     finally:
         torch.set_num_threads(threads)
         for env in played:

@@ -1,6 +1,7 @@
 """pettingzoo_simple_tag.yaml through the real CLI: predators and prey of different observation
-spaces train side by side, each policy with its own model, and play back side by side; a mapping
-that sends an agent to a policy of another space is one located error before anything starts."""
+spaces train side by side, each policy with its own model, and play back, score and export side
+by side; a mapping that sends an agent to a policy of another space is one located error before
+anything starts."""
 
 from __future__ import annotations
 
@@ -62,14 +63,24 @@ def test_predators_and_prey_each_train_their_own_model(tmp_path: Path) -> None:
     session = onnxruntime.InferenceSession(str(onnx))
     shapes = {i.name: i.shape for i in (*session.get_inputs(), *session.get_outputs())}
     assert shapes["obs"][-1] == 14 and shapes["action_logits"][-1] == 5, shapes
-    # evaluating, pushing: one policy acting for every agent, refused, no traceback
-    for command in (["eval"], ["push", "--repo", "user/prey", "--no-upload"]):
+    # evaluated: the prey's rows (agent 3) beside the predators' own policy, seeded episodes
+    scored = subprocess.run([sys.executable, "-m", "sfbus", "eval", str(run_dir), "--policy", "1",
+                             "--episodes", "3", "--envs", "2", "--out", str(tmp_path / "eval")],
+                            capture_output=True, text=True, timeout=60)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    rows = (tmp_path / "eval" / "eval_policy_1.csv").read_text().splitlines()
+    assert [row.split(",")[:2] for row in rows[1:4]] == [["0", "3"], ["1", "3"], ["2", "3"]]
+    assert all(row.split(",")[4] == "25" for row in rows[1:4]), rows
+    # refused, no traceback: an opponent for agents 1.. (each side plays its own policy), and
+    # pushing (the Hub's card scores one policy acting for every agent)
+    for command, message in ((["eval", "--opponent", str(newest[0])], "error: --opponent: "),
+                             (["push", "--repo", "user/prey", "--no-upload"],
+                              "error: policy 1 acts beside agents of other spaces")):
         refused = subprocess.run([sys.executable, "-m", "sfbus", command[0], str(run_dir),
                                   "--policy", "1", *command[1:]],
                                  capture_output=True, text=True, timeout=60)
         assert refused.returncode == 2, refused.stderr[-3000:]
-        assert refused.stderr.strip().splitlines()[-1].startswith(
-            "error: policy 1 acts beside agents of other spaces (agent_policies"), refused.stderr
+        assert refused.stderr.strip().splitlines()[-1].startswith(message), refused.stderr
     assert not (run_dir / "hub").exists()
 
 

@@ -77,7 +77,7 @@ def test_envs_side_by_side_change_nothing_and_sampling_replays(cartpole_run, tmp
 def test_every_agent_of_a_multi_agent_env_is_a_row():
     policy = SimpleNamespace(step=lambda obs, rnn, deterministic, generator: SimpleNamespace(
         actions=torch.zeros(rnn.shape[0], 1, dtype=torch.int64), rnn_state=rnn + 1))
-    runner = SeededEpisodes([CountingEnv((2, 3)), CountingEnv((2, 3))], policy, 1,
+    runner = SeededEpisodes([CountingEnv((2, 3)), CountingEnv((2, 3))], [policy, policy], 1,
                             deterministic=True, first_seed=5)
     rows = runner.play(3)
     # an env episode ends once both agents' have: agent 0 plays on unrecorded after step 2
@@ -85,6 +85,55 @@ def test_every_agent_of_a_multi_agent_env_is_a_row():
         (5, 0, 2.0, 2), (5, 1, 3.0, 3), (6, 0, 2.0, 2), (6, 1, 3.0, 3),
         (7, 0, 2.0, 2), (7, 1, 3.0, 3)]
     assert all(math.isnan(r.true_return) for r in rows)
+
+
+class FixedPlayer:
+    """A player that takes action ``action`` on every row and keeps the widths it was shown."""
+
+    def __init__(self, action: int) -> None:
+        self.action, self.widths = action, []
+
+    def step(self, obs, rnn, deterministic, generator):
+        self.widths.append(tuple(obs["obs"].shape))
+        return SimpleNamespace(actions=torch.full((rnn.shape[0], 1), self.action),
+                               rnn_state=rnn)
+
+
+def test_agents_of_different_spaces_each_act_with_their_own_player():
+    tag, kwargs = "pettingzoo:mpe2.simple_tag_v3", {"num_good": 1, "num_adversaries": 3,
+                                                     "num_obstacles": 2, "max_cycles": 3}
+    predators, prey = FixedPlayer(1), FixedPlayer(4)
+    envs = [RecordingEnv(make_env(tag, **kwargs)) for _ in range(2)]
+    try:
+        runner = SeededEpisodes(envs, [predators, predators, predators, prey], 1,
+                                deterministic=True, first_seed=5)
+        rows = runner.play(3)
+    finally:
+        for env in envs:
+            env.close()
+    # a batched call per player: the 3 predators' 16 numbers, the prey's 14, of both envs
+    assert predators.widths[0] == (6, 16) and prey.widths[0] == (2, 14)
+    assert [(r.seed, r.agent, r.length) for r in rows] == [
+        (seed, agent, 3) for seed in (5, 6, 7) for agent in range(4)]
+    # each agent's own action reached the env, every step
+    assert envs[1].actions == [[1, 1, 1, 4]] * 3 and len(envs[0].actions) == 6
+
+
+class RecordingEnv:
+    """An env that keeps the actions each step gave its agents."""
+
+    def __init__(self, env) -> None:
+        self.env, self.spec, self.actions = env, env.spec, []
+
+    def reset_into(self, obs, seed=None):
+        self.env.reset_into(obs, seed=seed)
+
+    def step_into(self, actions, obs):
+        self.actions.append([int(a.item()) for a in actions])
+        return self.env.step_into(actions, obs)
+
+    def close(self):
+        self.env.close()
 
 
 def test_bad_input_is_one_error_line_and_exit_2(cartpole_run, tmp_path, capsys):
