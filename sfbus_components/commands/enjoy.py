@@ -104,7 +104,7 @@ def enjoy(args: argparse.Namespace) -> int:
         check_writable_file(video, "--video")
     print(f"policy {params.policy} of {run_dir}: {path.name} (version {state['version']}, "
           f"{state['env_frames']:,} env frames), env {params.data.env}")
-    env = make_play_env(params, render=video is not None, agents_own_policies=True)
+    env = make_play_env(params, render=video is not None)
     writer = None
     try:
         players, counted = agents_players(run_dir, params, state, env.spec)
@@ -294,16 +294,6 @@ def play(players: Sequence[Any], counted: Iterable[int], state_size: int, env: A
     return player.episodes[:episodes]
 
 
-def check_one_policy_for_all(params: TrainedPolicy) -> None:
-    """Refuse (``EnjoyError``) a policy of a run of heterogeneous agents where one policy is to
-    act for every agent of the env (pushing to the Hub)."""
-    if params.data.agent_policies:
-        raise EnjoyError(f"policy {params.policy} acts beside agents of other spaces "
-                         f"(agent_policies {params.data.agent_policies}); pushing a policy of "
-                         "heterogeneous agents is not supported yet (sfbus enjoy plays it, "
-                         "sfbus eval scores it, sfbus export writes it)")
-
-
 def own_spec(params: TrainedPolicy, spec: Any) -> Any:
     """The spec policy ``params`` acts in: the env's ``spec``, or in a run of heterogeneous
     agents (``agent_policies``) its own agents' spaces."""
@@ -315,17 +305,13 @@ def own_spec(params: TrainedPolicy, spec: Any) -> Any:
     return resolve_agent_policies(spec, data.agent_policies, data.num_policies)[1][params.policy]
 
 
-def make_play_env(params: TrainedPolicy, *, render: bool,
-                  agents_own_policies: bool = False) -> Any:
-    """The env the policy of ``params`` trained on (``render``: with frames for a video); a
-    run of heterogeneous agents only where each agent gets its own policy
-    (``agents_own_policies``: :func:`agents_players`)."""
+def make_play_env(params: TrainedPolicy, *, render: bool) -> Any:
+    """The env the policy of ``params`` trained on (``render``: with frames for a video); in a
+    run of heterogeneous agents :func:`agents_players` says who acts for each agent."""
     from sfbus_components.envs import make_env
     from sfbus_components.envs.action_bounds import bound_actions
 
     data = params.data
-    if not agents_own_policies:
-        check_one_policy_for_all(params)
     kwargs = dict(data.env_kwargs)
     if render and data.env.startswith(("gym:", "mujoco_")):
         kwargs.setdefault("render_mode", "rgb_array")

@@ -81,9 +81,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise BadInput(str(error)) from None
     for params, path, state, opponent in jobs:
         start = time.perf_counter()
-        rows = evaluate(params, state, episodes=args.episodes, envs=args.envs,
+        rows = evaluate(params, state, run_dir, episodes=args.episodes, envs=args.envs,
                         deterministic=args.deterministic, first_seed=args.seed,
-                        opponent=opponent, run_dir=run_dir)
+                        opponent=opponent)
         csv_path = out / f"eval_policy_{params.policy}.csv"
         mean = write_csv(csv_path, rows, wins=opponent is not None)
         against = "" if opponent is None else \
@@ -139,31 +139,28 @@ def read_opponent(path: Path, params: Any) -> Any:
     return policy.prepare_for_inference()
 
 
-def evaluate(params: Any, state: dict, *, episodes: int, envs: int, deterministic: bool,
-             first_seed: int, opponent: Any = None, run_dir: Path | None = None) -> list[Any]:
-    """Play ``episodes`` seeded episodes of the checkpoint ``state``; their rows by seed (with
-    an ``opponent`` playing agents 1.., agent 0's rows; in a run of heterogeneous agents, the
-    policy's own agents' rows, the others played by their policies' newest checkpoints in
-    ``run_dir``)."""
+def evaluate(params: Any, state: dict, run_dir: Path, *, episodes: int, envs: int,
+             deterministic: bool, first_seed: int, opponent: Any = None) -> list[Any]:
+    """Play ``episodes`` seeded episodes of the checkpoint ``state`` of a policy of the run in
+    ``run_dir``; their rows by seed (with an ``opponent`` playing agents 1.., agent 0's rows; in
+    a run of heterogeneous agents, the policy's own agents' rows, the others played by their
+    policies' newest checkpoints)."""
     import torch
     from tqdm import tqdm
 
     from sfbus_components.evaluation.seeded_episodes import SeededEpisodes
 
-    played = [make_play_env(params, render=False, agents_own_policies=True)
+    played = [make_play_env(params, render=False)
               for _ in range(min(envs, episodes))]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # batches of a few rows: more threads only contend for the cores
     try:
         spec = played[0].spec
-        if params.data.agent_policies:
-            assert run_dir is not None
+        if opponent is None:
             players, counted = agents_players(run_dir, params, state, spec)
         else:
             policy = build_from_checkpoint(spec, params, state)
-            players = [policy] * spec.num_agents if opponent is None else \
-                [policy] + [opponent] * (spec.num_agents - 1)
-            counted = list(range(spec.num_agents)) if opponent is None else [0]
+            players, counted = [policy] + [opponent] * (spec.num_agents - 1), [0]
         runner = SeededEpisodes(played, players, params.data.state_size,
                                 deterministic=deterministic, first_seed=first_seed)
         # tqdm shows itself only on a terminal (disable=None): logs and pipes stay clean

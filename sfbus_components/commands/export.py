@@ -82,7 +82,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         path, state = read_checkpoint(run_dir, params, args.checkpoint)
     except EnjoyError as error:  # one line, exit 2: printed by the CLI (a newline shows as \n)
         raise BadInput(str(error)) from None
-    env = make_play_env(params, render=False, agents_own_policies=True)
+    env = make_play_env(params, render=False)
     try:
         spec = own_spec(params, env.spec)  # a heterogeneous run's policy: its agents' spaces
     finally:

@@ -25,10 +25,10 @@ from sfbus import BadInput, SfbusError
 from sfbus_components.commands.enjoy import (
     EnjoyError,
     VideoWriter,
-    build_from_checkpoint,
-    check_one_policy_for_all,
+    agents_players,
     frame_source,
     learner_params,
+    learners,
     make_play_env,
     play,
     read_checkpoint,
@@ -74,15 +74,15 @@ def cmd_push(args: argparse.Namespace) -> int:
         if args.episodes < 1:
             raise EnjoyError(f"--episodes must be >= 1, not {args.episodes}")
         params = learner_params(run_dir, args.policy)
-        check_one_policy_for_all(params)
         path, state = _checkpoint(run_dir, params, args.checkpoint)
+        beside = _beside(run_dir, params)
     except EnjoyError as error:
         raise BadInput(str(error)) from None
     if folder.resolve() in (run_dir.resolve(), *run_dir.resolve().parents):
         raise BadInput(f"--local-dir {folder}: holds the run itself; choose a folder of its own")
     _prepare_folder(folder)
     try:
-        info = _build_folder(folder, run_dir, repo, params, path, state, args)
+        info = _build_folder(folder, run_dir, repo, params, (path, state, beside), args)
     except BaseException:  # a half-built folder must not be uploaded by a later push
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -95,10 +95,13 @@ def cmd_push(args: argparse.Namespace) -> int:
     return _upload(hub, repo, folder, run_dir)
 
 
-def _build_folder(folder: Path, run_dir: Path, repo: str, params: Any, path: Path,
-                  state: dict, args: argparse.Namespace) -> dict[str, Any]:
-    """Write the model folder; returns its :data:`MODEL_INFO`."""
-    rows = evaluate(params, state, episodes=args.episodes, envs=min(4, args.episodes),
+def _build_folder(folder: Path, run_dir: Path, repo: str, params: Any,
+                  checkpoints: tuple[Path, dict, dict[str, str]],
+                  args: argparse.Namespace) -> dict[str, Any]:
+    """Write the model folder from the policy's checkpoint (its path and state) and those it
+    plays beside (:func:`_beside`); returns its :data:`MODEL_INFO`."""
+    path, state, beside = checkpoints
+    rows = evaluate(params, state, run_dir, episodes=args.episodes, envs=min(4, args.episodes),
                     deterministic=False, first_seed=0)
     returns = [r.episode_return for r in rows]
     info = {
@@ -109,15 +112,31 @@ def _build_folder(folder: Path, run_dir: Path, repo: str, params: Any, path: Pat
         "mean_reward": statistics.fmean(returns),
         "std_reward": statistics.pstdev(returns), "episodes": len(rows),
         "training_reward": _training_reward(run_dir, params.policy),
+        "beside": beside,
     }
     shutil.copyfile(run_dir / "topology.yaml", folder / "topology.yaml")
-    (folder / info["checkpoint"]).parent.mkdir(parents=True)
-    shutil.copyfile(path, folder / info["checkpoint"])
+    for source, copy in ((path, info["checkpoint"]), *(
+            (run_dir / name, name) for name in info["beside"].values())):
+        (folder / copy).parent.mkdir(parents=True)
+        shutil.copyfile(source, folder / copy)
     if args.video:
-        _film(params, state, folder / VIDEO)
+        _film(run_dir, params, state, folder / VIDEO)
     (folder / MODEL_INFO).write_text(json.dumps(info, indent=2) + "\n")
     (folder / "README.md").write_text(model_card(info, video=args.video))
     return info
+
+
+def _beside(run_dir: Path, params: Any) -> dict[str, str]:
+    """In a run of heterogeneous agents, the newest checkpoint of every other policy (by id, a
+    path in the run), which plays the other agents wherever this one is played; else none."""
+    if not params.data.agent_policies:
+        return {}
+    found = {}
+    for other, trained in learners(run_dir).items():
+        if other != params.policy:
+            path, _ = read_checkpoint(run_dir, trained, None)
+            found[str(other)] = str(path.relative_to(run_dir))
+    return found
 
 
 def _checkpoint(run_dir: Path, params: Any, checkpoint: str | None) -> tuple[Path, dict]:
@@ -165,17 +184,16 @@ def _training_reward(run_dir: Path, policy: int) -> float | None:
     return None
 
 
-def _film(params: Any, state: dict, video: Path) -> None:
+def _film(run_dir: Path, params: Any, state: dict, video: Path) -> None:
     """One episode of the checkpoint ``state`` into ``video``, as ``sfbus enjoy --video``."""
     env = make_play_env(params, render=True)
     try:
         render, fps = frame_source(env, params.data.env)
         writer = VideoWriter(video, fps, render)
         try:
-            agents = env.spec.num_agents
-            play([build_from_checkpoint(env.spec, params, state)] * agents, range(agents),
-                 params.data.state_size, env, 1, max_steps=_VIDEO_MAX_STEPS, seed=0,
-                 on_frame=writer.append)
+            players, counted = agents_players(run_dir, params, state, env.spec)
+            play(players, counted, params.data.state_size, env, 1, max_steps=_VIDEO_MAX_STEPS,
+                 seed=0, on_frame=writer.append)
         finally:
             writer.close()
     except EnjoyError as error:
@@ -209,6 +227,11 @@ def model_card(info: dict[str, Any], *, video: bool) -> str:
         f"Policy {info['policy']} of an sfbus run: an asynchronous PPO "
         f"agent trained on `{info['env']}` for {info['env_frames']:,} env frames (version "
         f"{info['version']}, `{checkpoint}`).", "",
+        *(["Its agents play beside the run's other agents, of other spaces, which act with "
+           "their own policies: " + ", ".join(f"policy {p} (`{name}`)" for p, name in
+                                               info["beside"].items()) +
+           ", included here; `sfbus enjoy` and `sfbus eval` play them.", ""]
+          if info.get("beside") else []),
         f"Mean reward: **{reward}** over {info['episodes']} episodes (seeds 0 to "
         f"{info['episodes'] - 1}, sampled actions, as `sfbus eval --episodes "
         f"{info['episodes']}` plays them).{training}", "",

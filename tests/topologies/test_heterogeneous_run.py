@@ -1,7 +1,7 @@
 """pettingzoo_simple_tag.yaml through the real CLI: predators and prey of different observation
-spaces train side by side, each policy with its own model, and play back, score and export side
-by side; a mapping that sends an agent to a policy of another space is one located error before
-anything starts."""
+spaces train side by side, each policy with its own model, and play back, score, export and
+push side by side; a mapping that sends an agent to a policy of another space is one located
+error before anything starts."""
 
 from __future__ import annotations
 
@@ -71,18 +71,30 @@ def test_predators_and_prey_each_train_their_own_model(tmp_path: Path) -> None:
     rows = (tmp_path / "eval" / "eval_policy_1.csv").read_text().splitlines()
     assert [row.split(",")[:2] for row in rows[1:4]] == [["0", "3"], ["1", "3"], ["2", "3"]]
     assert all(row.split(",")[4] == "25" for row in rows[1:4]), rows
-    # refused, no traceback: an opponent for agents 1.. (each side plays its own policy), and
-    # pushing (the Hub's card scores one policy acting for every agent)
-    for command, message in ((["eval", "--opponent", str(newest[0])], "error: --opponent: "),
-                             (["push", "--repo", "user/prey", "--no-upload"],
-                              "error: policy 1 acts beside agents of other spaces")):
-        refused = subprocess.run([sys.executable, "-m", "sfbus", command[0], str(run_dir),
-                                  "--policy", "1", *command[1:]],
-                                 capture_output=True, text=True, timeout=60)
-        assert refused.returncode == 2, refused.stderr[-3000:]
-        assert refused.stderr.strip().splitlines()[-1].startswith(message), refused.stderr
-    assert not (run_dir / "hub").exists()
-
+    # refused, no traceback: an opponent for agents 1.. (each side plays its own policy)
+    refused = subprocess.run([sys.executable, "-m", "sfbus", "eval", str(run_dir), "--policy", "1",
+                              "--opponent", str(newest[0])], capture_output=True, text=True,
+                             timeout=60)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert refused.stderr.strip().splitlines()[-1].startswith("error: --opponent: policy 1 "
+                                                              "plays beside agents of other")
+    # pushed with the predators' newest checkpoint beside it: the folder alone scores the same
+    # (the card plays 3 episodes on 3 envs, sampled from seed 0)
+    folder = tmp_path / "hub"
+    pushed = subprocess.run([sys.executable, "-m", "sfbus", "push", str(run_dir), "--policy", "1",
+                             "--repo", "user/prey", "--no-upload", "--local-dir", str(folder),
+                             "--episodes", "3"], capture_output=True, text=True, timeout=60)
+    assert pushed.returncode == 0, pushed.stderr[-3000:]
+    info = json.loads((folder / "sfbus.json").read_text())
+    assert info["beside"] == {"0": str(newest[0].relative_to(run_dir))}
+    assert (folder / info["beside"]["0"]).read_bytes() == newest[0].read_bytes()
+    assert "policy 0 (`checkpoints/policy_0/" in (folder / "README.md").read_text()
+    again = subprocess.run([sys.executable, "-m", "sfbus", "eval", str(folder), "--policy", "1",
+                            "--episodes", "3", "--envs", "3", "--out", str(tmp_path / "again")],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr[-3000:]
+    mean = (tmp_path / "again" / "eval_policy_1.csv").read_text().splitlines()[-1].split(",")
+    assert float(mean[2]) == pytest.approx(info["mean_reward"])
 
 @pytest.mark.parametrize(("mapping", "message"), [
     ('{"adversary_0": 1, "*": 0}',
