@@ -137,8 +137,9 @@ class Stats(Actor):
         the rollout workers of other processes sent their last reports, and end the live line
         so the shell prompt starts on a fresh one.
 
-        A worker on this actor's own loop (serial mode) stops after it, in reverse topology
-        order: the frames it stepped since its last report are not in that record."""
+        A worker on this actor's own loop (serial mode) is not waited for: it stops before this
+        actor when its process's name sorts after this one's (``rollout`` after ``learner``, as
+        in every shipped topology), else after it, and its last frames miss the record."""
         if not self._final_reports.is_set():
             assert self.context is not None  # only the workers of a run are awaited
             wait = min(_FINAL_REPORTS_WAIT_S, self.context.table.topology.run.stop_timeout_s / 4)

@@ -52,3 +52,18 @@ def test_the_last_record_holds_the_frames_stepped_since_the_workers_last_reports
     assert "no last progress report" not in done.stderr, done.stderr[-3000:]
     # the run stopped once the workers had stepped 3,000 frames: the last record has them all
     assert records(run_dir)[-1]["env_frames"] >= 3000
+
+
+@pytest.mark.timeout(120)
+def test_in_serial_mode_the_last_record_holds_the_workers_last_reports(tmp_path: Path) -> None:
+    # One loop: the host stops the rollout process's workers before the learner process's
+    # statistics actor, whose last record then counts their last reports (the only ones here).
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "sfbus", "run", str(ROOT / "topologies" / "cartpole.yaml"),
+         "--serial", "--run-dir", str(run_dir), "--max-frames", "3000", "--max-seconds", "90",
+         "--set", "num_envs=4", "--set", "batch_size=256", "--set", "progress_interval_s=60"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = records(run_dir)[-1]
+    assert last["env_frames"] >= 3000 and last["time"] < 60, last  # stopped by --max-frames
