@@ -1,25 +1,34 @@
-"""doom_benchmark training's ceiling on this machine, its irreducible parts run together.
+"""A training topology's ceiling on this machine: the work it cannot do without, run together.
 
-``python -m bench.contention [--seconds 60] [--warmup 20] [--workers N] [--envs 16]`` runs at
-once, without sfbus, the work a training batch cannot do without:
+``python -m bench.contention [--duel] [--seconds 60] [--warmup 20] [--workers N] [--envs 16]
+[--set KEY=VALUE ...]`` runs at once, without sfbus's processes, messages and buffers, what the
+training topology's batches cannot do without:
 
-- ``--workers`` simulation processes (default: every core), each pinned to its core with its
-  VizDoom engines, stepping ``--envs`` ``doom_benchmark`` envs into preallocated rows and taking
-  their actions from one packed inference pass of the default model per step
+- one simulation process per rollout process of the topology, pinned to its core with its
+  VizDoom engines (and a duel's player processes), stepping the topology's envs into
+  preallocated rows, their actions from the topology's model: per step one packed inference pass
+  per policy acting, every agent acting for a policy drawn at its episode's start
   (``bench.throughput``'s pure simulation with the model acting: a rollout process with its
   inference worker, less trajectories, messages and statistics);
-- one learner process, unpinned, stepping APPO on a fixed batch of 32 x 32 frames of 3x72x128
-  (``bench.arithmetic.LearnerStep``) over two sequence threads, as the training layout runs it.
+- one learner process, unpinned, running every learner of the topology (``Learner.update``, the
+  learner's own step and threads) in turn, each on a fixed random batch of the topology's size.
 
-It prints what each part costs in CPU per 1,024-sample batch (4,096 env frames) and the ceiling:
-every core busy at that cost. ``bench.arithmetic``'s ceiling adds the parts timed alone on an
-idle machine; here they share the caches and memory as in training, so what training spends
-beyond this is sfbus's own.
+The topology: by default doom_benchmark as Table 1 trains it (``topologies/doom_basic.yaml``,
+``--workers`` rollout processes of ``--envs`` envs, float32 or bfloat16 as ``precision: auto``
+takes on this CPU); with ``--duel``, ``topologies/selfplay_duel.yaml`` as it stands (2 rollout
+processes of one match each, the 4 policies acting and their 4 learners). ``--set`` overrides
+the topology as ``sfbus run``'s does.
+
+It prints what each part costs in CPU per 1,024 samples (4,096 env frames at frameskip 4) and
+the ceiling: every core busy at that cost. ``bench.arithmetic``'s ceiling adds the parts timed
+alone on an idle machine; here they share the caches and memory as in training, so what training
+spends beyond this is sfbus's own.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing as mp
 import os
 import sys
@@ -28,44 +37,106 @@ from typing import Any
 
 from bench import throughput as tp
 from bench import throughput_topologies as tt
-from bench.paper_table import fast_bf16
 
 ENV = "doom_benchmark"
-BATCH = 1024
-"""Samples a learner step trains on (``LearnerStep``'s 32 trajectories x 32 steps)."""
+DUEL = "topologies/selfplay_duel.yaml"
+SAMPLES = 1024
+"""The samples the report prices each part at (doom_benchmark's training batch)."""
 
 
-def _learn(steps: Any, ready: Any, stop: Any, precision: str, threads: int) -> None:
-    """The learner process: APPO steps on a fixed batch until ``stop``, counted."""
-    import torch
+def topology_args(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """The training topology measured and its overrides (``KEY=VALUE`` each)."""
+    sets = [s for pair in args.set for s in pair]
+    if args.duel:
+        return str(tt.ROOT / DUEL), sets
+    sizes = tt.training_overrides(ENV, args.workers, args.envs)[1::2]
+    return str(tt.ROOT / tt.TRAINING), sizes + sets
 
-    from bench.arithmetic import LearnerStep
+
+def rollout_data(path: str, sets: list[str]) -> tuple[Any, int]:
+    """The topology's data path (its rollout actor's) and its rollout processes."""
+    from sfbus.topology import load_topology
+    from sfbus_components.datapath.settings import data_path_params
+
+    topology = load_topology(path, sets)
+    process = next(p for p in topology.processes
+                   if any(a.class_path.endswith(":RolloutWorker") for a in p.actors))
+    actor = next(a for a in process.actors if a.class_path.endswith(":RolloutWorker"))
+    return data_path_params(actor.params), process.replicas
+
+
+def _learn(path: str, sets: list[str], samples: Any, ready: Any, stop: Any) -> None:
+    """The learner process: every learner of the topology steps on its own fixed batch, in
+    turn, until ``stop``; the samples trained counted."""
     from sfbus.heap import keep_freed_memory
 
-    keep_freed_memory()  # as a run's learner
-    torch.set_num_threads(1)
-    step = LearnerStep(precision)
-    step.model.sequence_threads = threads
-    step.run()  # warm-up: allocator, oneDNN kernels
+    keep_freed_memory()  # as a run's learner process
+    learners = build_learners(path, sets)
+    for learner, batch in learners:  # warm-up: allocator, oneDNN kernels
+        learner.update(batch, learner.params, None)
     ready.put((-1, 0))
     while not stop.is_set():
-        step.run()
-        steps.value += 1
+        for learner, batch in learners:
+            batch["versions"].fill_(learner.training.version)  # never lagging: all trained
+            learner.update(batch, learner.params, None)
+            samples.value += batch["log_probs"].numel()
 
 
-def measure(args: argparse.Namespace) -> tuple[tt.Window, int, float]:
+def build_learners(path: str, sets: list[str]) -> list[tuple[Any, dict[str, Any]]]:
+    """Every learner of the topology, built as its run builds it, with a batch of its size."""
+    from sfbus.topology import load_topology
+    from sfbus_components.learning.learner import Learner
+
+    data, _ = rollout_data(path, sets)
+    learners = []
+    for process in load_topology(path, sets).processes:
+        for actor in process.actors:
+            if actor.class_path.endswith(":Learner"):
+                learner = Learner(actor.name, actor.params)
+                learner.build(data=data)
+                learners.append((learner, random_batch(learner, data.trajectories_per_batch,
+                                                       data.rollout)))
+    return learners
+
+
+def random_batch(learner: Any, trajectories: int, steps: int) -> dict[str, Any]:
+    """A batch in ``BatchCopy``'s layout for ``learner``'s spaces: random frames and
+    measurements, actions within each head, acted by a uniform policy."""
+    import torch
+
+    spec, n, t = learner.spec, trajectories, steps
+    gen = torch.Generator().manual_seed(learner.params.policy)
+    obs = {key: torch.randint(0, 256, (n, t + 1, *f.shape), dtype=torch.uint8, generator=gen)
+           if f.dtype == "uint8" else torch.randn(n, t + 1, *f.shape, generator=gen)
+           for key, f in spec.observation_space.items()}
+    actions = torch.stack([torch.randint(0, size, (n, t), generator=gen)
+                           for size in spec.action_heads], dim=-1)
+    uniform = -sum(math.log(size) for size in spec.action_heads)
+    states = (n, t + 1) if learner.params.every_state(t) else (n,)
+    return {"obs": obs, "rnn": torch.zeros(*states, learner.data.state_size), "actions": actions,
+            "log_probs": torch.full((n, t), uniform),
+            "action_params": torch.zeros(n, t, spec.action_params_size),
+            "values": torch.randn(n, t, generator=gen), "rewards": torch.randn(n, t, generator=gen),
+            "dones": torch.zeros(n, t, dtype=torch.uint8),
+            "time_outs": torch.zeros(n, t, dtype=torch.uint8),
+            "versions": torch.zeros(n, t, dtype=torch.int64),
+            "policies": torch.full((n, t), learner.params.policy, dtype=torch.int64)}
+
+
+def measure(args: argparse.Namespace) -> tuple[tt.Window, int, Any]:
     """The parts run together over the window: the window (simulation frames, CPU by process),
-    the learner's steps in it, and the precision's name."""
-    precision = "bfloat16" if fast_bf16() else "float32"
+    the samples trained in it, and the topology's data path."""
+    path, sets = topology_args(args)
+    data, workers = rollout_data(path, sets)
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
-    counters = [ctx.RawValue("q", 0) for _ in range(args.workers)]
+    counters = [ctx.RawValue("q", 0) for _ in range(workers)]
     learned = ctx.RawValue("q", 0)
-    procs = [ctx.Process(target=tp._simulate, args=(ENV, args.envs, i, core, 32, counters[i],
-                                                    ready, stop, {}, 0, precision))
-             for i, core in enumerate(tt.affinity(args.workers))]
-    procs.append(ctx.Process(target=_learn, args=(learned, ready, stop, precision,
-                                                  args.threads)))
+    procs = [ctx.Process(target=tp._simulate, args=(data.env, data.num_envs, i, core, 32,
+                                                    counters[i], ready, stop, data.env_kwargs,
+                                                    0, data))
+             for i, core in enumerate(tt.affinity(workers))]
+    procs.append(ctx.Process(target=_learn, args=(path, sets, learned, ready, stop)))
     for p in procs:
         p.start()
     try:
@@ -83,8 +154,8 @@ def measure(args: argparse.Namespace) -> tuple[tt.Window, int, float]:
             return frames_now()
 
         window = tt.measure(roots, frames_now, wait, args.warmup, args.seconds,
-                            probe=lambda: {"learner steps": (float(learned.value), 0.0)})
-        return window, frameskip, precision
+                            probe=lambda: {"learned samples": (float(learned.value), 0.0)})
+        return window, frameskip, data
     finally:
         stop.set()
         for p in procs:
@@ -94,50 +165,63 @@ def measure(args: argparse.Namespace) -> tuple[tt.Window, int, float]:
 
 
 def report(window: tt.Window, frameskip: int) -> list[str]:
-    """Each part's cores and CPU per batch, and the ceiling they give."""
-    steps = window.extra["histograms"]["learner steps"][0]
+    """Each part's cores and CPU per 1,024 samples, and the ceiling they give."""
+    learned = window.extra["histograms"]["learned samples"][0]
     env_steps = window.frames / frameskip
     learner = window.cpu.get("learner", (0.0, 0))[0] * window.seconds
     simulation = sum(share for name, (share, _) in window.cpu.items()
                      if name != "learner") * window.seconds
-    if not steps or not env_steps:
+    if not learned or not env_steps:
         raise RuntimeError("a part made no progress in the window: lengthen --seconds")
-    per_batch = {"simulation with the model acting (engines included)":
-                 simulation / env_steps * BATCH,
-                 "learner step": learner / steps}
-    rows = ["| part | cores | rate | CPU per batch |", "| --- | ---: | ---: | ---: |"]
-    rates = {"learner step": f"{steps / window.seconds:.2f} steps/s"}
-    for name, seconds in per_batch.items():
-        cores = seconds * (steps if name == "learner step" else env_steps / BATCH)
-        rate = rates.get(name, f"{window.rate:,.0f} env frames/s")
-        rows.append(f"| {name} | {cores / window.seconds:.2f} | {rate} | {seconds:.3f} core-s |")
-    total = sum(per_batch.values())
+    parts = {"simulation with the model acting (engines included)":
+             (simulation, env_steps, f"{window.rate:,.0f} env frames/s"),
+             "learners": (learner, learned, f"{learned / window.seconds:,.0f} samples/s")}
+    rows = [f"| part | cores | rate | CPU per {SAMPLES:,} samples |",
+            "| --- | ---: | ---: | ---: |"]
+    for name, (cpu, done, rate) in parts.items():
+        rows.append(f"| {name} | {cpu / window.seconds:.2f} | {rate} | "
+                    f"{cpu / done * SAMPLES:.3f} core-s |")
+    total = sum(cpu / done * SAMPLES for cpu, done, _ in parts.values())
     cores = len(os.sched_getaffinity(0))
     rows.append(f"| **together** | {window.cores:.2f} | | **{total:.3f} core-s**: ceiling "
-                f"**{cores / total * BATCH * frameskip:,.0f} env frames/s** on {cores} cores |")
+                f"**{cores / total * SAMPLES * frameskip:,.0f} env frames/s** on {cores} cores |")
     return rows
+
+
+def main_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = argparse.ArgumentParser(prog="python -m bench.contention", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duel", action="store_true",
+                        help=f"{DUEL} as it stands instead of doom_benchmark's Table-1 layout")
+    parser.add_argument("--seconds", type=float, default=60.0, help="measured window")
+    parser.add_argument("--warmup", type=float, default=20.0, help="seconds before the window")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="doom_benchmark's rollout processes, one core each (default: every "
+                             "core)")
+    parser.add_argument("--envs", type=int, default=16,
+                        help="doom_benchmark's envs per rollout process")
+    parser.add_argument("--set", action="append", nargs=1, default=[], metavar="KEY=VALUE",
+                        help="override the topology, as sfbus run --set")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the parts together and print the ceiling."""
-    parser = argparse.ArgumentParser(prog="python -m bench.contention", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=60.0, help="measured window")
-    parser.add_argument("--warmup", type=float, default=20.0, help="seconds before the window")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                        help="simulation processes, one core each (default: every core)")
-    parser.add_argument("--envs", type=int, default=16, help="envs per simulation process")
-    parser.add_argument("--threads", type=int, default=2,
-                        help="the learner's sequence threads (the training layout's 2)")
+    parser = main_parser()
     args = parser.parse_args(argv)
-    if min(args.workers, args.envs, args.threads) < 1 or args.seconds <= 0:
-        parser.error("--workers, --envs and --threads must be at least 1, --seconds above 0")
-    window, frameskip, precision = measure(args)
+    if min(args.workers, args.envs) < 1 or args.seconds <= 0:
+        parser.error("--workers and --envs must be at least 1, --seconds above 0")
+    if args.duel and {"--workers", "--envs"} & set(sys.argv[1:] if argv is None else argv):
+        parser.error("--duel measures selfplay_duel.yaml's own layout: set its sizes with --set")
+    window, frameskip, data = measure(args)
+    _, workers = rollout_data(*topology_args(args))
     print(f"Machine: {tp.machine()}\n\nCommand: `python -m bench.contention "
           f"{' '.join(sys.argv[1:] if argv is None else argv)}`".rstrip() +
-          f"\n\n{args.workers} simulation processes of {args.envs} {ENV} envs and the "
-          f"learner, {precision}, over {window.seconds:.0f} s after {args.warmup:g} s; "
-          f"machine busy {window.machine_busy:.2f} cores\n")
+          f"\n\n{topology_args(args)[0].rpartition('/')[2]}: {workers} simulation processes of "
+          f"{data.num_envs} {data.env} envs, {data.num_policies} policies acting, and their "
+          f"learners, over {window.seconds:.0f} s after {args.warmup:g} s; machine busy "
+          f"{window.machine_busy:.2f} cores\n")
     print("\n".join(report(window, frameskip)))
     return 0
 

@@ -40,6 +40,7 @@ from bench.report import machine as machine_line
 from bench.report import write_section
 from sfbus import Actor, Signal, slot
 from sfbus_components.datapath.messages import SlotsReleased, TrajectoryReady
+from sfbus_components.datapath.settings import DataPathParams, policy_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC, SECTION = "throughput_cpu.md", "## Throughput: simulation, sampler, training"
@@ -105,11 +106,12 @@ class TrajectorySink(Actor):
 
 def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: Any,
               ready: Any, stop: Any, env_kwargs: dict[str, Any], episode_steps: int,
-              model: str = "") -> None:
+              acting: DataPathParams | None = None) -> None:
     """One simulation process: pin, make envs, step them with random actions until ``stop``,
     starting a new episode in each every ``episode_steps`` steps (0: only where one ends); with
-    ``model`` (a ``model.precision``), the actions come from one packed inference pass over all
-    the envs' last observations per step, as an inference worker serves its rollout process."""
+    ``acting`` (a data path), the actions come from its policies' packed inference passes over
+    the envs' last observations, one per policy acting, as an inference worker serves its
+    rollout process."""
     os.sched_setaffinity(0, [core])  # before the envs, so that their engine processes inherit it
     with contextlib.suppress(ImportError):
         import cv2
@@ -128,57 +130,77 @@ def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: 
     for e, m in enumerate(made):
         m.reset_into(outs[0][e], seed=1000 * worker + e)
     rng = np.random.default_rng(worker)
-    act = _ModelActions(env, envs * na, model) if model else None
+    act = _ModelActions(acting, envs * na, worker) if acting else None
     ready.put((worker, spec.frameskip))
     t = taken = 0
     while not stop.is_set():
         last, t = t, t % rollout + 1
         taken += 1
-        cut = episode_steps and taken % episode_steps == 0
+        cut = bool(episode_steps) and taken % episode_steps == 0
         actions = act({k: a[:, last] for k, a in obs.items()}) if act \
             else spec.random_actions(rng, envs * na)[0]
         for e in range(envs):
             try:
-                made[e].step_into(actions[e * na:(e + 1) * na], outs[t][e])
+                _, dones, _, _ = made[e].step_into(actions[e * na:(e + 1) * na], outs[t][e])
             except EnvError:  # as the rollout worker does: replace the broken env
                 made[e].close()
                 made[e] = make_env(env, **env_kwargs)
                 made[e].reset_into(outs[t][e])
+                dones = np.ones(na, bool)
             if cut:  # as a trained agent's short episodes end (the engine restarts its map)
                 made[e].reset_into(outs[t][e])
+            if act and (cut or dones.any()):
+                act.new_episodes(np.flatnonzero(np.asarray(dones, bool) | cut) + e * na)
         steps.value += envs * na
     for m in made:
         m.close()
 
 
 class _ModelActions:
-    """The actions the packed default model (initial weights, ``precision``) takes on ``rows``
-    observations a call, its RNN state carried between calls."""
+    """The actions ``data``'s policies (its model, initial weights, packed) take on ``rows``
+    observations a call: each row acts for a policy drawn at its episode's start, as a random
+    policy mapping does, and every policy acting takes one pass over its rows; the RNN state is
+    carried between calls."""
 
-    def __init__(self, env: str, rows: int, precision: str) -> None:
+    def __init__(self, data: DataPathParams, rows: int, seed: int = 0) -> None:
         import torch
 
-        from sfbus_components.datapath.settings import DataPathParams, build_policy
-        from sfbus_components.envs import env_spec
-        from sfbus_components.models import ModelConfig
+        from sfbus_components.datapath.settings import build_policy
 
         torch.set_num_threads(1)
-        torch.manual_seed(0)
-        self.policy = build_policy(DataPathParams(env=env, model=ModelConfig(precision=precision)))
-        self.policy.prepare_for_inference(packed=True)
-        self.state = torch.zeros(rows, self.policy.model.state_size)
-        self.shape = (rows, *env_spec(env).action_shape)
+        self.policies = []
+        for policy in range(data.num_policies):
+            torch.manual_seed(policy)
+            self.policies.append(build_policy(data, policy).prepare_for_inference(packed=True))
+        self.state = torch.zeros(rows, self.policies[0].model.state_size)
+        self.shape = (rows, *policy_spec(data).action_shape)
+        self.rng = np.random.default_rng(seed)
+        self.acting = self.rng.integers(0, len(self.policies), rows)
+
+    def new_episodes(self, rows: np.ndarray) -> None:
+        """``rows`` start an episode: each draws its policy anew (their state is the env's)."""
+        self.acting[rows] = self.rng.integers(0, len(self.policies), len(rows))
 
     def __call__(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """The actions for ``obs`` (a row per env agent)."""
         import torch
 
-        # the copy is the inference worker's gather of its rows
-        batch = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in obs.items()}
-        with torch.inference_mode():
-            out = self.policy.step(batch, self.state)
-        self.state = out.rnn_state
-        return out.actions.numpy().reshape(self.shape)
+        actions = np.empty(self.shape, np.int64)
+        for policy in np.unique(self.acting):
+            rows = np.flatnonzero(self.acting == policy)
+            whole = len(rows) == len(self.acting)  # one policy: no gather, as one pass of all
+            # the copy is the inference worker's gather of its rows
+            batch = {k: torch.from_numpy(np.ascontiguousarray(v if whole else v[rows]))
+                     for k, v in obs.items()}
+            with torch.inference_mode():
+                out = self.policies[policy].step(batch, self.state if whole else
+                                                 self.state[rows])
+            if whole:
+                self.state = out.rnn_state
+            else:
+                self.state[rows] = out.rnn_state
+            actions[rows] = out.actions.numpy().reshape(len(rows), *self.shape[1:])
+        return actions
 
 
 def _wait_ready(ready: Any, procs: list[Any], timeout: float = 300.0) -> list[tuple[int, int]]:

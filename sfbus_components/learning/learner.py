@@ -165,7 +165,7 @@ class Learner(Actor):
             [TrajectoryBuffer(self.context, w, data_path.layout.of_policy(p.policy))
              for w in data_path.workers],
             rollout, self.data.state_size, pin=self.training.device.type == "cuda",
-            every_state=0 < p.appo.recurrence < rollout or not p.appo.with_vtrace)
+            every_state=p.every_state(rollout))
         self._slot_stages = LearnerSlots(self.context, data_path.workers, self.log)
         self.weights = PolicyWeights(self.context, p.policy)
         if self.context.run_dir is not None:

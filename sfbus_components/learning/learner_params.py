@@ -77,6 +77,11 @@ class LearnerParams:
         if not 0 < self.reward_scale <= 1e6:
             raise ValueError(f"reward_scale must be > 0 and <= 1e6, got {self.reward_scale}")
 
+    def every_state(self, rollout: int) -> bool:
+        """Whether a batch carries the RNN state entering every step (``[n, rollout + 1, S]``),
+        which GAE and a recurrence shorter than the rollout start from, or only step 0's."""
+        return 0 < self.appo.recurrence < rollout or not self.appo.with_vtrace
+
     def check_data_path(self, data: DataPathParams) -> None:
         """Refuse APPO settings the run's data path ``data`` cannot feed (a ValueError)."""
         # Minibatches are whole trajectories: with fewer than one each, some would be empty
