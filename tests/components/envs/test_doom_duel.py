@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.queues
 import os
 import signal
 import time
@@ -23,6 +25,11 @@ def _alive(pid: int) -> bool:
             return f.read().rpartition(")")[2].split()[0] != "Z"
     except OSError:
         return False
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rpartition(")")[2].split()[1])
 
 
 def _random_actions(env: DoomDuelEnv, rng: np.random.Generator) -> np.ndarray:
@@ -77,3 +84,37 @@ def test_duel_runs_ends_episodes_and_restarts_a_killed_host() -> None:
     # the killed match's files and the closed one's are gone
     assert all(instances)
     assert not [n for n in os.listdir(SHM_DIR) if n.endswith(tuple(instances))]
+
+
+def _hold_a_match(report: multiprocessing.queues.Queue) -> None:
+    """A rollout process stand-in: make a duel, say its players and engines, wait to be killed."""
+    env = make_env("doom_duel", episode_timeout=200, seed=1)
+    env.reset()
+    report.put(env.engine_pids)
+    time.sleep(120)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(90)
+def test_players_share_their_owners_session_and_die_with_it() -> None:
+    ctx = multiprocessing.get_context("spawn")
+    report = ctx.Queue()
+    owner = ctx.Process(target=_hold_a_match, args=(report,))
+    owner.start()
+    try:
+        engines = report.get(timeout=60)
+        players = [_parent(engine) for engine in engines]
+        assert owner.pid not in players  # each engine runs under its player process
+        for player, engine in zip(players, engines, strict=True):
+            # a group of its own, which killing takes the engine with; the owner's session, so
+            # that the scheduler does not give each player a share of its own (autogroup)
+            assert os.getpgid(player) == player == os.getpgid(engine)
+            assert os.getsid(player) == os.getsid(owner.pid) == os.getsid(engine)
+        os.kill(owner.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while any(map(_alive, players + engines)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(_alive, players + engines))  # the players' watchdogs killed them
+    finally:
+        owner.kill()
+        owner.join()
