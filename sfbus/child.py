@@ -8,6 +8,7 @@ kernel to kill it if the supervisor dies, so no orphan outlives a ``kill -9`` of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import logging
 import os
@@ -119,7 +120,7 @@ async def _main(run_dir: Path, process: str) -> list[str]:
             cores = (cores[instance.replica % len(cores)],)
         os.sched_setaffinity(0, pinned_cores(cores, os.sched_getaffinity(0)))
     if spec.nice:
-        os.nice(spec.nice)
+        apply_nice(spec.nice)
     host = ProcessHost(
         table, [process], run_id=manifest.run_id, run_dir=str(run_dir),
         sock_dir=manifest.sock_dir, array_specs=manifest.array_specs(),
@@ -145,6 +146,17 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(__name__).exception("process %s failed", process)
         return 1
     return 1 if lost else 0  # work lost at stop: the run must not look finished
+
+
+def apply_nice(nice: int) -> None:
+    """Run this process at ``nice`` against the run's other processes too. Each leads a session
+    of its own, and where Linux schedules sessions as groups (autogroup, on in most
+    distributions) a process's own nice orders it only within its session: the group takes it
+    as well."""
+    os.nice(nice)
+    # no autogroup: a kernel without it, or not Linux
+    with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as f:
+        f.write(str(nice))
 
 
 def pinned_cores(ids: Sequence[int], allowed: Iterable[int]) -> set[int]:
