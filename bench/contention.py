@@ -173,6 +173,10 @@ def report(window: tt.Window, frameskip: int) -> list[str]:
                      if name != "learner") * window.seconds
     if not learned or not env_steps:
         raise RuntimeError("a part made no progress in the window: lengthen --seconds")
+    machine = os.cpu_count() or 1
+    if window.cores > machine * 1.05:  # seen once on a shared VM, cause unknown: no ceiling
+        raise RuntimeError(f"the window counted {window.cores:.1f} cores busy on a machine of "
+                           f"{machine}: its CPU figures are wrong; run it again")
     parts = {"simulation with the model acting (engines included)":
              (simulation, env_steps, f"{window.rate:,.0f} env frames/s"),
              "learners": (learner, learned, f"{learned / window.seconds:,.0f} samples/s")}

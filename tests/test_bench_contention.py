@@ -93,6 +93,15 @@ def test_report_refuses_a_window_where_a_part_stood_still() -> None:
         contention.report(window, frameskip=4)
 
 
+def test_report_refuses_more_cpu_than_the_machine_has() -> None:
+    cores = os.cpu_count() or 1
+    window = tt.Window(frames=4096 * 4, seconds=1.0,
+                       cpu={"simulation.0": (cores * 3.0, 17), "learner": (cores * 3.0, 1)},
+                       rss=0, pss=0, extra={"histograms": {"learned samples": (1024.0, 0.0)}})
+    with pytest.raises(RuntimeError, match="CPU figures are wrong"):
+        contention.report(window, frameskip=4)
+
+
 def test_duel_refuses_the_doom_benchmark_sizes() -> None:
     with pytest.raises(SystemExit):
         contention.main(["--duel", "--envs", "4"])
