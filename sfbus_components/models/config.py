@@ -108,6 +108,16 @@ class ModelConfig:
     (its gates and state stay float32); the heads always run in float32, so the
     log-probabilities in the PPO ratio keep full precision."""
 
+    inference_weights: Literal["auto", "float32", "bfloat16"] = "auto"
+    """How the CPU inference step on packed weights (docs/MODELS.md, fast paths) holds the FC
+    layer and the GRU's matrix products where they compute in float32 (a CPU without fast
+    bfloat16, or `precision: float32`): `bfloat16` rounds those weights to bfloat16, the
+    arithmetic staying float32, so that a pass of a few rows (self-play's one or two) reads half
+    the bytes; `float32` keeps the learner's weights; `auto` takes `bfloat16` where sfbus's C
+    kernels are built. The behaviour policy is then the learner's with those weights rounded:
+    its recorded log-probabilities are the ones it acted with, which V-trace's importance
+    weights correct for as for policy lag."""
+
     adaptive_stddev: bool = False
     """Continuous actions: the Gaussian's log-std is an output of the actor head (state
     dependent), not one learned parameter per action dimension (Sample Factory's

@@ -96,6 +96,60 @@ void normalize_frames_bf16(const uint8_t *x, const float *scale, const float *of
                            uint16_t *out) {
   (channels == 3 ? frames_bf16_3 : channels == 4 ? frames_bf16_4 : channels == 1
    ? frames_bf16_1 : frames_bf16_any)(x, scale, offset, frames, channels, pixels, clip, out); }
+
+/* A linear layer over weights stored in bfloat16, its arithmetic float32: y = x W^T + b for a
+   few rows x [R, K], where reading W is the pass's cost. The weights lie in blocks of 32 outputs,
+   [N / 32][K][32], each run of 16 ordered so that interleaving it with zeros within the 128-bit
+   halves of a 256-bit vector yields its floats in order (the bfloat16 bits are the float's high
+   half). Each output is its bias plus one in-order FMA chain over k, the same for any R: a row's
+   result never depends on the rows beside it. */
+typedef float v8f __attribute__((vector_size(32)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
+#if defined(__clang__) || __GNUC__ >= 12
+#define INTERLEAVE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define INTERLEAVE(a, b, ...) __builtin_shuffle(a, b, (v16h){__VA_ARGS__})
+#endif
+static const int64_t BF16_ORDER[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
+static inline void widen16(const uint16_t *p, v8f *lo, v8f *hi) {
+  v16h h, zero = {0}; memcpy(&h, p, 32);
+  v16h l = INTERLEAVE(zero, h, 0, 16, 1, 17, 2, 18, 3, 19, 8, 24, 9, 25, 10, 26, 11, 27);
+  v16h u = INTERLEAVE(zero, h, 4, 20, 5, 21, 6, 22, 7, 23, 12, 28, 13, 29, 14, 30, 15, 31);
+  memcpy(lo, &l, 32); memcpy(hi, &u, 32); }
+/* w [N, K] float32 -> the blocks above, rounded to nearest even; outputs past N are zeros */
+void pack_bf16_weights(const float *restrict w, int64_t n, int64_t k, uint16_t *restrict out) {
+  for (int64_t b = 0; b < (n + 31) / 32; b++)
+    for (int64_t kk = 0; kk < k; kk++)
+      for (int64_t p = 0; p < 32; p++) {
+        int64_t row = b * 32 + (p & 16) + BF16_ORDER[p & 15];
+        out[(b * k + kk) * 32 + p] = row < n ? float_to_bf16(w[row * k + kk]) : 0; } }
+/* y [R, N32] (N32: N rounded up to 32) from x [R, K], the packed weights and bias [N32]; two
+   rows per read of the weights, whose 8 + 4 vectors fit AVX2's 16 registers */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("fp-contract=fast")))  /* the FMAs: one rounding per product-sum */
+#endif
+void linear_bf16_weights(const float *restrict x, const uint16_t *restrict wb,
+                         const float *restrict bias, float *restrict y, int64_t rows,
+                         int64_t k_in, int64_t n_out) {
+  for (int64_t b = 0; b < n_out / 32; b++) {
+    const uint16_t *w = wb + b * k_in * 32;
+    for (int64_t r = 0; r < rows; r += 2) {
+      const int two = r + 1 < rows;
+      const float *x0 = x + r * k_in, *x1 = two ? x0 + k_in : x0;
+      v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+      for (int64_t k = 0; k < k_in; k++) {
+        v8f w0, w1, w2, w3;
+        widen16(w + k * 32, &w0, &w1);
+        widen16(w + k * 32 + 16, &w2, &w3);
+        const float s0 = x0[k], s1 = x1[k];
+        a0 += w0 * s0; a1 += w1 * s0; a2 += w2 * s0; a3 += w3 * s0;
+        c0 += w0 * s1; c1 += w1 * s1; c2 += w2 * s1; c3 += w3 * s1; }
+      v8f bb[4]; memcpy(bb, bias + b * 32, sizeof bb);
+      v8f out0[4] = {a0 + bb[0], a1 + bb[1], a2 + bb[2], a3 + bb[3]};
+      memcpy(y + r * n_out + b * 32, out0, sizeof out0);
+      if (two) {
+        v8f out1[4] = {c0 + bb[0], c1 + bb[1], c2 + bb[2], c3 + bb[3]};
+        memcpy(y + (r + 1) * n_out + b * 32, out1, sizeof out1); } } } }
 """
 # -ffp-contract=off: no FMA but the ones written, so every rounding is the one torch makes
 _FLAGS = ("-O3", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared")
@@ -209,3 +263,31 @@ def normalize_frames(frames: Tensor, scale_hwc: Tensor, offset_hwc: Tensor, clip
         _pointer(frames), _pointer(scale_hwc), _pointer(offset_hwc), ctypes.c_int64(count),
         ctypes.c_int64(channels), ctypes.c_int64(pixels), ctypes.c_float(clip), _pointer(out))
     return out.reshape(*frames.shape[:-3], *scale_hwc.shape).movedim(-1, -3)
+
+
+BF16_BLOCK = 32
+"""Outputs per block of :func:`pack_bf16_weights`' layout: its rows are padded to a multiple."""
+
+
+def pack_bf16_weights(weight: Tensor) -> Tensor:
+    """A linear layer's ``weight [N, K]`` rounded to bfloat16 in :func:`linear_bf16_weights`'
+    layout (the outputs padded with zeros to a multiple of :data:`BF16_BLOCK`)."""
+    n, k = weight.shape
+    source = weight.detach().float().contiguous()
+    out = torch.empty(-(-n // BF16_BLOCK) * BF16_BLOCK * k, dtype=torch.int16)
+    library().pack_bf16_weights(_pointer(source), ctypes.c_int64(n), ctypes.c_int64(k),
+                                _pointer(out))
+    return out
+
+
+def linear_bf16_weights(x: Tensor, packed: Tensor, bias: Tensor) -> Tensor:
+    """``x [R, K] @ W^T + bias`` in float32 over :func:`pack_bf16_weights`' ``packed`` W, for
+    ``x`` on which :func:`runs_on` holds; ``bias`` float32, padded as the weights (so is the
+    result's width: slice it)."""
+    rows, k = x.shape
+    source = x.float().contiguous()
+    out = torch.empty(rows, bias.numel())
+    library().linear_bf16_weights(_pointer(source), _pointer(packed), _pointer(bias),
+                                  _pointer(out), ctypes.c_int64(rows), ctypes.c_int64(k),
+                                  ctypes.c_int64(bias.numel()))
+    return out

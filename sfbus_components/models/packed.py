@@ -11,6 +11,12 @@ with the bias, as the learner's BPTT on this CPU computes them, else float32), i
 state and the heads in float32. The behaviour policy's log-probabilities are then the learner's
 to rounding. On the default doom_basic model this is ~1.3x faster per pass at 8-16 rows in either
 dtype (``python -m bench.arithmetic``). It is inference only: the learner trains the eager model.
+
+Where the FC layer and the GRU's products compute in float32, the model's ``inference_weights``
+(``auto``: where sfbus's C kernels are built) keeps their weights rounded to bfloat16 and reads
+them through a C kernel of float32 arithmetic: a self-play pass of one or two rows is bound by
+reading those weights (the duel's ``full`` model, 4 policies in turn, AVX2: 1,034 -> 675 us a
+one-row pass). The behaviour policy is then the learner's with those weights rounded.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from sfbus_components.models import precision
+from sfbus_components.models import native, precision
 from sfbus_components.models.actor_critic import ActorCritic, StepOutput
 from sfbus_components.models.core import GruCore, IdentityCore, gru_cell
 from sfbus_components.models.encoders import MlpEncoder, ObsEncoder, StackEncoder
@@ -26,6 +32,10 @@ from sfbus_components.models.encoders import MlpEncoder, ObsEncoder, StackEncode
 _CPU = torch.device("cpu")
 # Rows the packed layouts are tuned for: a rollout split of the default run. Any row count works.
 _TUNED_ROWS = 16
+# Up to this many rows, the C kernel over bfloat16 weights is faster than oneDNN's float32 even
+# with the weights in cache (AMD EPYC, AVX2: 16 rows of the duel's FC and GRU 810 against 841 us;
+# 1 row 133 against 334 us with 4 policies' weights taken in turn); past it, oneDNN's blocking.
+_NARROW_ROWS = 16
 
 
 def _mkldnn_ops_available() -> bool:
@@ -75,21 +85,39 @@ class _PackedConv:
 
 
 class _PackedLinear:
-    """``weight @ x + bias`` with the weight in oneDNN's blocked layout, in ``dtype``."""
+    """``weight @ x + bias`` with the weight in oneDNN's blocked layout, in ``dtype``; or, with
+    ``bf16_weights`` (float32 layers only), the weight rounded to bfloat16 and the arithmetic
+    float32: passes of up to :data:`_NARROW_ROWS` rows read the rounded weights through sfbus's
+    C kernel (half the bytes), wider ones go through oneDNN on the same rounded values."""
 
-    def __init__(self, weight: Tensor, bias: Tensor, dtype: torch.dtype) -> None:
+    def __init__(self, weight: Tensor, bias: Tensor, dtype: torch.dtype,
+                 bf16_weights: bool = False) -> None:
         self.source = weight, bias
         self.dtype = dtype
+        self.bf16_weights = bf16_weights and dtype == torch.float32
         self.pack()
 
     def pack(self) -> None:
         """Reorder the current weights."""
         weight, bias = self.source
-        self.weight = torch.ops.mkldnn._reorder_linear_weight(
-            weight.detach().to(self.dtype), _TUNED_ROWS)
         self.bias = bias.detach().to(self.dtype)
+        self.weight: Tensor | None = None  # bfloat16 weights: packed at the first wide pass
+        self.narrow: tuple[Tensor, Tensor] | None = None  # the C kernel's weights and bias
+        if not self.bf16_weights:
+            self.weight = torch.ops.mkldnn._reorder_linear_weight(
+                weight.detach().to(self.dtype), _TUNED_ROWS)
+        elif native.library() is not None:
+            packed = native.pack_bf16_weights(weight)
+            padded_bias = torch.zeros(packed.numel() // weight.shape[1])
+            padded_bias[: bias.numel()] = self.bias
+            self.narrow = packed, padded_bias
 
     def __call__(self, x: Tensor) -> Tensor:
+        if self.narrow is not None and x.shape[0] <= _NARROW_ROWS and native.runs_on(x):
+            return native.linear_bf16_weights(x, *self.narrow)[:, : self.bias.numel()]
+        if self.weight is None:
+            rounded = self.source[0].detach().to(torch.bfloat16).float()
+            self.weight = torch.ops.mkldnn._reorder_linear_weight(rounded, _TUNED_ROWS)
         return torch.ops.mkldnn._linear_pointwise(
             x.to(self.dtype), self.weight, self.bias, "none", [], "")
 
@@ -118,7 +146,10 @@ class PackedStep:
                 self.convs.append((_PackedConv(conv, list(x.shape), self.dtype), activation))
                 x = conv(x)
         fc, self.fc_activation = encoder.fc
-        self.fc = _PackedLinear(fc.weight, fc.bias, self.dtype)
+        setting = model.cfg.inference_weights
+        bf16_weights = setting == "bfloat16" or (setting == "auto"
+                                                 and native.library() is not None)
+        self.fc = _PackedLinear(fc.weight, fc.bias, self.dtype, bf16_weights)
         self.gru: tuple[_PackedLinear, _PackedLinear] | None = None
         if model.core.rnn is not None:
             rnn = model.core.rnn
@@ -126,8 +157,8 @@ class PackedStep:
             # bound by reading the FC's and the GRU's weights
             products = (torch.bfloat16 if precision.uses_bf16(model.core.products_precision, _CPU)
                         else torch.float32)
-            self.gru = (_PackedLinear(rnn.weight_ih_l0, rnn.bias_ih_l0, products),
-                        _PackedLinear(rnn.weight_hh_l0, rnn.bias_hh_l0, products))
+            self.gru = (_PackedLinear(rnn.weight_ih_l0, rnn.bias_ih_l0, products, bf16_weights),
+                        _PackedLinear(rnn.weight_hh_l0, rnn.bias_hh_l0, products, bf16_weights))
 
     def pack(self) -> None:
         """Reorder every weight again from the model's current (float32) parameters."""

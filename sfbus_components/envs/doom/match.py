@@ -19,8 +19,8 @@ worker would otherwise leave engines spinning at full CPU). A group, not a sessi
 autogroup scheduling gives every session a share of its own, and with each player and its engine
 in a session of its own the hosts' engines busy-polled for their peers far longer (self-play
 training, AVX2-only, alternated: 2,564 and 2,681 env frames/s in the rollout process's session,
-the engines 0.44 cores, against 2,333 and 2,344 and 0.52 in sessions of their own). ``make_action`` releases the GIL, so the
-watchdog runs even while an engine blocks.
+the engines 0.44 cores, against 2,333 and 2,344 and 0.52 in sessions of their own).
+``make_action`` releases the GIL, so the watchdog runs even while an engine blocks.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import subprocess
@@ -375,8 +376,8 @@ def test_packed_step_matches_the_learners_arithmetic_and_follows_new_weights(
     from sfbus_components.models.packed import PackedStep
 
     reference, spec = _packed_pair(core, nonlinearity, architecture)
-    fast = ActorCritic(spec, (3, 5), None, dataclasses.replace(reference.cfg,
-                                                               precision=precision)).eval()
+    fast = ActorCritic(spec, (3, 5), None, dataclasses.replace(
+        reference.cfg, precision=precision, inference_weights="float32")).eval()
     fast.load_state_dict(reference.state_dict())
     packed = PackedStep(fast)
     obs = {"obs": torch.rand(6, *IMAGE[0]) * 2 - 1,  # as normalized images are
@@ -413,6 +414,59 @@ def test_packed_step_matches_the_learners_arithmetic_and_follows_new_weights(
     fast.load_state_dict(reference.state_dict())
     packed.pack()
     compare()
+
+
+@pytest.mark.parametrize("core", ["gru", "none"])
+def test_packed_step_over_bfloat16_weights_is_the_model_with_those_weights_rounded(
+        core: str) -> None:
+    from sfbus_components.models import native
+    from sfbus_components.models.packed import PackedStep
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as inference workers run: the C kernel's condition
+    try:
+        reference, spec = _packed_pair(core, "elu", "full")
+        fast = ActorCritic(spec, (3, 5), None, dataclasses.replace(
+            reference.cfg, inference_weights="bfloat16")).eval()
+        fast.load_state_dict(reference.state_dict())
+        packed = PackedStep(fast)
+        rounded = copy.deepcopy(reference)  # the FC's and the GRU's weights, not their biases
+        layers = [rounded.encoder.main.fc[0].weight]
+        if core == "gru":
+            layers += [rounded.core.rnn.weight_ih_l0, rounded.core.rnn.weight_hh_l0]
+
+        def compare(rows: int) -> float:
+            """Max distance to the rounded model (asserted ~float32's); to the float32 one."""
+            gen = torch.Generator().manual_seed(rows)
+            obs = {"obs": torch.rand(rows, *IMAGE[0], generator=gen) * 2 - 1,
+                   "measurements": torch.randn(rows, 5, generator=gen)}
+            state = torch.randn(rows, reference.state_size, generator=gen) * 0.5
+            with torch.no_grad():
+                for weight in layers:
+                    weight.copy_(weight.to(torch.bfloat16))
+            with torch.inference_mode():
+                got = packed(obs, state, deterministic=True)
+                want = rounded.forward_step(obs, state, deterministic=True)
+                exact = reference.forward_step(obs, state, deterministic=True)
+            for name in ("action_logits", "value", "rnn_state"):
+                torch.testing.assert_close(getattr(got, name), getattr(want, name),
+                                           atol=2e-5, rtol=2e-5)
+            return max((getattr(got, name) - getattr(exact, name)).abs().max().item()
+                       for name in ("action_logits", "value"))
+
+        # a few rows through the C kernel where it is built, many through oneDNN: both on the
+        # rounded weights, and far from the float32 model's numbers (the rounding happened)
+        assert (packed.fc.narrow is not None) == (native.library() is not None)
+        assert min(compare(2), compare(40)) > 1e-4
+        with torch.no_grad():  # a refresh: both paths must take the new weights
+            for p in reference.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        fast.load_state_dict(reference.state_dict())
+        rounded.load_state_dict(reference.state_dict())
+        packed.pack()
+        assert min(compare(40), compare(1)) > 1e-4
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_nature_cnn_on_an_atari_frame_stack() -> None:

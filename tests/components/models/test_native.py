@@ -159,3 +159,42 @@ def test_every_elu_kernel_is_vectorized(monkeypatch, tmp_path, capability):
         code = subprocess.run(["objdump", "-d", f"--disassemble={kernel}", str(built)],
                               check=True, capture_output=True, text=True).stdout
         assert "call" in code and "_ZGV" in code, f"{kernel} is not vectorized"
+
+
+@needs_compiler
+@pytest.mark.parametrize(("out_features", "in_features"), [(64, 96), (37, 5)])
+def test_a_linear_over_bfloat16_weights_is_float32_arithmetic_on_the_rounded_weights(
+        one_thread, out_features, in_features):
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(out_features, in_features, generator=gen)
+    bias = torch.randn(out_features, generator=gen)
+    x = torch.randn(5, in_features, generator=gen)
+    packed = native.pack_bf16_weights(weight)
+    padded = torch.zeros(-(-out_features // native.BF16_BLOCK) * native.BF16_BLOCK)
+    padded[:out_features] = bias  # the outputs past out_features (a block's tail) are sliced off
+    ours = native.linear_bf16_weights(x, packed, padded)[:, :out_features]
+    exact = x.double() @ weight.to(torch.bfloat16).double().T + bias.double()
+    # float32 sums of exact products: ~1e-6 off, where the unrounded weights are ~1e-2 off
+    torch.testing.assert_close(ours.double(), exact, rtol=1e-5, atol=1e-5)
+    # every row the same bits whatever rows share its pass (two rows per read of the weights)
+    for rows in (1, 2, 3):
+        alone = torch.cat([native.linear_bf16_weights(x[i:i + rows], packed, padded)
+                           for i in range(0, 5, rows)])[:, :out_features]
+        assert torch.equal(alone, ours)
+
+
+@needs_compiler
+@pytest.mark.parametrize("capability", ["", "avx2"])
+def test_the_bfloat16_weights_kernel_is_vectorized_with_fmas(monkeypatch, tmp_path, capability):
+    """Its weights widen by interleaving with zeros and meet the inputs in FMAs: a scalar
+    build would read them no faster than oneDNN reads float32."""
+    import platform
+    import subprocess
+    if platform.machine() != "x86_64" or shutil.which("objdump") is None:
+        pytest.skip("checked on x86 with binutils' objdump")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
+    built = tmp_path / "kernels.so"
+    native._compile(built)
+    code = subprocess.run(["objdump", "-d", "--disassemble=linear_bf16_weights", str(built)],
+                          check=True, capture_output=True, text=True).stdout
+    assert "vpunpcklwd" in code and "vpunpckhwd" in code and "vfmadd231ps" in code
