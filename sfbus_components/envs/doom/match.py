@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from sfbus_components.envs.doom.shm import SHM_DIR
+from sfbus_components.envs.doom.time_slice import request_short_slice
 
 RESET, STEP, CLOSE = 0.0, 1.0, 2.0
 """Commands a player understands (the first float of what the env sends)."""
@@ -320,7 +321,9 @@ def _play(conn: Connection, s: PlayerSetup) -> None:
     game = _build_game(s)
     with _quiet_fds():  # the engine inherits them: its per-tic network chatter goes nowhere
         game.init()
-    conn.send_bytes(np.array([_engine_pid()], np.float64).tobytes())
+    engine = _engine_pid()
+    request_short_slice(engine)  # it busy-polls for its peers: see time_slice
+    conn.send_bytes(np.array([engine], np.float64).tobytes())
     w, h = s.resolution
     hwc = np.empty((h, w, 3), np.uint8)
     header = np.zeros(_HEADER + len(s.variables))

@@ -17,6 +17,8 @@ from sfbus_components.envs import make_env
 from sfbus_components.envs.doom.duel import DoomDuelEnv
 from sfbus_components.envs.doom.match import _instance_id
 from sfbus_components.envs.doom.shm import SHM_DIR
+from sfbus_components.envs.doom.time_slice import SLICE_NS
+from tests.components.envs.test_doom_time_slice import custom_slices, slice_ns
 
 
 def _alive(pid: int) -> bool:
@@ -110,6 +112,8 @@ def test_players_share_their_owners_session_and_die_with_it() -> None:
             # that the scheduler does not give each player a share of its own (autogroup)
             assert os.getpgid(player) == player == os.getpgid(engine)
             assert os.getsid(player) == os.getsid(owner.pid) == os.getsid(engine)
+            if custom_slices():  # it busy-polls for its peer: the shortest slice
+                assert slice_ns(engine) == SLICE_NS
         os.kill(owner.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while any(map(_alive, players + engines)) and time.monotonic() < deadline:
