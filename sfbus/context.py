@@ -35,9 +35,10 @@ class ActorContext:
     """The run records computed at launch (``records[DataPath]``), the same in every process."""
     hosted: frozenset[str] = frozenset()
     """The processes whose actors share this actor's loop (its own; every one in serial mode).
-    At a stop their actors stop one after another: the processes in reverse order of their
-    names, each one's actors in reverse topology order (in serial mode ``rollout`` before
-    ``learner``, whose statistics then count the workers' last reports); the actors of
+    At a stop their actors stop one after another: the processes in
+    :meth:`~sfbus.routing.RoutingTable.stop_order` (a process before those its signals reach
+    that never reach it back, so ``rollout``'s workers before the statistics they report to),
+    each one's actors in reverse topology order; the actors of
     other processes stop at the same time, and what they send from ``on_stop`` arrives while
     this loop's actors stop (an ``async`` slot still runs then, until ``on_stop`` returns)."""
     _attached: dict[str, SharedArray] = field(default_factory=dict)

@@ -53,7 +53,7 @@ class ProcessHost:
                  limits: RunLimits | None = None,
                  records: RunRecords | None = None) -> None:
         self.table = table
-        self.hosted = sorted(hosted)
+        self.hosted = table.stop_order(hosted)[::-1]  # built and started in this order
         self.name = self.hosted[0] if len(self.hosted) == 1 else "serial"
         self.run_id = run_id
         self.run_dir = run_dir
@@ -124,6 +124,7 @@ class ProcessHost:
                 log.exception("%s.on_stop raised", actor.name)
                 self.lost.append(f"{actor.name}.on_stop raised {type(error).__name__}: {error}")
                 self._on_actor_failure(actor, "on_stop", error)
+            await asyncio.sleep(0)  # what it sent to this loop's actors reaches them running
         self._publish_metrics()
         if self.bus is not None:
             try:

@@ -7,6 +7,7 @@ negotiation.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -156,6 +157,25 @@ class RoutingTable:
             f"{doing} failed: {type(error).__name__}: {error}"
         return _error_at(message, actor.spec.location, self.topology.path,
                          f"actor {actor.spec.name!r}")
+
+    def stop_order(self, processes: Iterable[str]) -> list[str]:
+        """``processes`` in the order their actors stop on one loop (serial mode): each before
+        the processes its signals reach that never reach it back, so that what an actor sends
+        from its ``on_stop`` (a rollout worker's last progress) finds its receivers (the
+        statistics) still running; processes that reach each other by name, last first."""
+        sends: dict[str, set[str]] = {p: set() for p in self.processes}
+        for edge in self.edges:
+            sends[self.actors[edge.source].process].add(edge.process)
+
+        def reach(process: str) -> int:
+            seen, todo = {process}, [process]
+            while todo:
+                for target in sends[todo.pop()] - seen:
+                    seen.add(target)
+                    todo.append(target)
+            return len(seen)
+        # a process reaching another that does not reach it back reaches strictly more
+        return sorted(sorted(processes, reverse=True), key=lambda p: -reach(p))
 
     def edges_into(self, process: str) -> dict[int, Edge]:
         """Edges whose target lives in ``process``, by id."""

@@ -122,7 +122,7 @@ class Stats(Actor):
         self._policy_fps_metric = family.gauge_family(
             "sfbus_runner_policy_fps", "Env frames per second collected by a policy's agents "
             "(10 s)", ("policy",))
-        self._awaited_workers = self._workers_elsewhere()
+        self._awaited_workers = self._workers_reporting_at_stop()
         self._final_reports = asyncio.Event()
         if not self._awaited_workers:
             self._final_reports.set()
@@ -137,9 +137,9 @@ class Stats(Actor):
         the rollout workers of other processes sent their last reports, and end the live line
         so the shell prompt starts on a fresh one.
 
-        A worker on this actor's own loop (serial mode) is not waited for: it stops before this
-        actor when its process's name sorts after this one's (``rollout`` after ``learner``, as
-        in every shipped topology), else after it, and its last frames miss the record."""
+        On one loop (serial mode) the workers whose processes stop before this actor's (all
+        whose signals reach it and that it does not reach back) are waited for too; a worker
+        that stops after it, or in its own process, misses the record with its last frames."""
         if not self._final_reports.is_set():
             assert self.context is not None  # only the workers of a run are awaited
             wait = min(_FINAL_REPORTS_WAIT_S, self.context.table.topology.run.stop_timeout_s / 4)
@@ -199,15 +199,20 @@ class Stats(Actor):
                 values = stats.extra[name] = deque(maxlen=self.params.average_episodes)
             values.append(value)
 
-    def _workers_elsewhere(self) -> set[int]:
-        """The rollout workers of other processes that report to this actor: at a stop they
-        stop together with it, and the run's last record waits for their last reports."""
+    def _workers_reporting_at_stop(self) -> set[int]:
+        """The rollout workers that report to this actor and send their last report while it
+        still runs: those of other processes, which stop together with it, and those of the
+        processes on its own loop that stop before its own; the run's last record waits for
+        their last reports."""
         if self.context is None:
             return set()
-        table = self.context.table
+        table, hosted = self.context.table, self.context.hosted
+        order = table.stop_order(hosted)
+        before = set(order[: order.index(self.context.process)])
         senders = (table.actors[edge.source] for edge in table.edges
                    if edge.target == self.name and edge.slot == "on_rollout_progress")
-        return {sender.replica for sender in senders if sender.process not in self.context.hosted}
+        return {sender.replica for sender in senders
+                if sender.process not in hosted or sender.process in before}
 
     @slot
     async def on_rollout_progress(self, msg: RolloutProgress) -> None:

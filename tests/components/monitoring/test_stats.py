@@ -1,16 +1,20 @@
 """The statistics actor's env metrics: averaged per policy over the reward's episodes, bounded;
-its frames on from a resumed checkpoint's."""
+its frames on from a resumed checkpoint's; a worker's last report counted on one loop."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from pathlib import Path
 
 import pytest
 
+from sfbus import Actor, Signal
 from sfbus_components.datapath.messages import EpisodeFinished, RolloutProgress, TrainingResumed
 from sfbus_components.monitoring.stats import Stats
 from sfbus_components.sampling.extra_stats import MAX_NAMES_PER_POLICY
+from tests.kernel.conftest import hosted, make_topology
 
 
 @pytest.fixture
@@ -65,3 +69,27 @@ async def test_a_resumed_run_counts_on_from_its_checkpoint_but_not_in_the_rate(
     assert stats.frames == 1_000_500 and "frames 1,000,500 |" in caplog.records[-1].getMessage()
     # only the 500 collected in the >= 0.2 s since the start: at most 2,500 per second
     assert 0 < stats.fps(10.0) <= 2_500
+
+
+class LastReport(Actor):
+    """A rollout worker's stop: its last progress report, sent from ``on_stop``."""
+
+    rollout_progress = Signal(RolloutProgress)
+
+    async def on_stop(self) -> None:
+        """Report the frames stepped since the previous report."""
+        self.rollout_progress.emit(RolloutProgress(0, 96, final=True))
+
+
+async def test_on_one_loop_a_workers_last_report_reaches_the_last_record_whatever_the_names(
+        tmp_path: Path) -> None:
+    # serial mode, the statistics' process named after the worker's: by name alone it stopped
+    # first and wrote its last record without the worker's last frames
+    topology = make_topology(
+        {"rollout": {"rollout": "tests.components.monitoring.test_stats:LastReport"},
+         "stats": {"stats": "sfbus_components.monitoring.stats:Stats"}},
+        [("rollout.rollout_progress", "stats.on_rollout_progress", "broadcast")])
+    async with hosted(topology, "inproc", run_dir=str(tmp_path)):
+        pass
+    records = (tmp_path / "progress.jsonl").read_text().splitlines()
+    assert json.loads(records[-1])["env_frames"] == 96
