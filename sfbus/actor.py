@@ -118,6 +118,7 @@ class Actor:
         self._last_activity = time.monotonic()
         self._last_activity_what = "created"
         self._running = False
+        self._stopped = False  # on_stop returned: async slots get nothing more
         self._early: list[tuple[Callable[[Any], Any], Message]] = []
         self._failures_logged: dict[str, float] = {}
         self._failure_times: collections.deque[float] = collections.deque()
@@ -256,6 +257,8 @@ class Actor:
         method = getattr(self, slot_name)
         if inspect.iscoroutinefunction(method):
             def enqueue(payload: Message) -> None:
+                if self._stopped:  # a peer's late message: no mailbox task runs any more
+                    return
                 self._received += 1
                 self._ensure_mailbox().put_nowait((method, payload))
             return enqueue
@@ -362,6 +365,7 @@ class Actor:
         try:
             await self.on_stop()
         finally:
+            self._stopped = True
             tasks = list(self._tasks)
             for task in tasks:
                 task.cancel()

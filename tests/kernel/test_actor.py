@@ -93,3 +93,36 @@ async def test_last_activity_follows_slots_and_timers_not_only_on_start() -> Non
     clock._bind_slot("on_tick")(Tick(1))
     assert clock._last_activity_what == "on_tick" and clock._last_activity >= before
     await clock._stop()
+
+
+class Mailbox(Actor):
+    """Keeps what its async slot gets."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.got: list[int] = []
+        self.failures: list[str] = []
+
+    @slot
+    async def on_number(self, msg: Number) -> None:
+        """Keep a number."""
+        self.got.append(msg.value)
+
+    def on_failure(self, where: str, error: BaseException) -> None:
+        self.failures.append(f"{where}: {error}")
+
+
+@pytest.mark.parametrize("before", [[], [1]])
+async def test_a_message_to_an_async_slot_after_the_stop_is_dropped(before: list[int]) -> None:
+    # a peer's late frame (it stopped after this actor) must not run the slot of a stopped
+    # actor, whether or not its mailbox was in use before
+    actor = Mailbox("mailbox")
+    deliver = actor._bind_slot("on_number")
+    await actor._start()
+    for value in before:
+        deliver(Number(value))
+    await asyncio.sleep(0.01)
+    await actor._stop()
+    deliver(Number(2))
+    await asyncio.sleep(0.01)
+    assert actor.got == before and actor.failures == [] and not actor._tasks
