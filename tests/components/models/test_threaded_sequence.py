@@ -3,6 +3,8 @@ each share on its own thread both ways, errors carried back, and the learner's s
 
 from __future__ import annotations
 
+import ctypes
+import os
 import threading
 
 import pytest
@@ -84,6 +86,30 @@ def test_each_share_runs_on_its_own_thread_both_ways() -> None:
     assert sorted(rows for _, rows in forward) == [2 * STEPS, 3 * STEPS]
     assert len({ident for ident, _ in forward}) == 2
     assert len(backward) == 2 and len(set(backward)) == 2
+
+
+def loaded_openmp() -> ctypes.CDLL | None:
+    """The GNU OpenMP runtime torch loaded into this process, if any."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "libgomp" in line}
+    return ctypes.CDLL(sorted(paths)[0]) if paths else None
+
+
+@pytest.mark.skipif(loaded_openmp() is None, reason="torch runs without GNU OpenMP here")
+def test_each_share_runs_openmp_on_torchs_thread_count() -> None:
+    # A new thread's OpenMP team is every core (or OMP_NUM_THREADS) until torch sets it: a count
+    # no default has shows whether each share set it before its first op.
+    openmp, threads = loaded_openmp(), torch.get_num_threads()
+    model, spec = make_model("gru", True, threads=2)
+    seen: list[int] = []
+    model.encoder.register_forward_pre_hook(
+        lambda _m, _args: seen.append(openmp.omp_get_max_threads()))
+    torch.set_num_threads(os.cpu_count() + 1)
+    try:
+        outputs_and_grads(model, spec)
+    finally:
+        torch.set_num_threads(threads)
+    assert seen == [os.cpu_count() + 1] * 2
 
 
 def test_without_gradients_the_pass_runs_whole_on_the_calling_thread() -> None:
