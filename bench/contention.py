@@ -5,13 +5,14 @@
 training topology's batches cannot do without:
 
 - one simulation process per rollout process of the topology, pinned to its core with its
-  VizDoom engines (and a duel's player processes), stepping the topology's envs into
-  preallocated rows, their actions from the topology's model: per step one packed inference pass
-  per policy acting, every agent acting for a policy drawn at its episode's start
-  (``bench.throughput``'s pure simulation with the model acting: a rollout process with its
-  inference worker, less trajectories, messages and statistics);
-- one learner process, unpinned, running every learner of the topology (``Learner.update``, the
-  learner's own step and threads) in turn, each on a fixed random batch of the topology's size.
+  VizDoom engines (and a duel's player processes) and under its scheduling policy, stepping the
+  topology's envs into preallocated rows, their actions from the topology's model: per step one
+  packed inference pass per policy acting, every agent acting for a policy drawn at its
+  episode's start (``bench.throughput``'s pure simulation with the model acting: a rollout
+  process with its inference worker, less trajectories, messages and statistics);
+- one learner process, unpinned and under the learner process's scheduling policy, running
+  every learner of the topology (``Learner.update``, the learner's own step and threads) in
+  turn, each on a fixed random batch of the topology's size.
 
 The topology: by default doom_benchmark as Table 1 trains it (``topologies/doom_basic.yaml``,
 ``--workers`` rollout processes of ``--envs`` envs, float32 or bfloat16 as ``precision: auto``
@@ -53,24 +54,31 @@ def topology_args(args: argparse.Namespace) -> tuple[str, list[str]]:
     return str(tt.ROOT / tt.TRAINING), sizes + sets
 
 
-def rollout_data(path: str, sets: list[str]) -> tuple[Any, int]:
-    """The topology's data path (its rollout actor's) and its rollout processes."""
+def process_with(path: str, sets: list[str], actor_class: str) -> Any:
+    """The topology's first process hosting an actor whose class is named ``actor_class``."""
     from sfbus.topology import load_topology
+
+    return next(p for p in load_topology(path, sets).processes
+                if any(a.class_path.endswith(f":{actor_class}") for a in p.actors))
+
+
+def rollout_data(path: str, sets: list[str]) -> tuple[Any, Any]:
+    """The topology's data path (its rollout actor's) and its rollout process."""
     from sfbus_components.datapath.settings import data_path_params
 
-    topology = load_topology(path, sets)
-    process = next(p for p in topology.processes
-                   if any(a.class_path.endswith(":RolloutWorker") for a in p.actors))
+    process = process_with(path, sets, "RolloutWorker")
     actor = next(a for a in process.actors if a.class_path.endswith(":RolloutWorker"))
-    return data_path_params(actor.params), process.replicas
+    return data_path_params(actor.params), process
 
 
 def _learn(path: str, sets: list[str], samples: Any, ready: Any, stop: Any) -> None:
     """The learner process: every learner of the topology steps on its own fixed batch, in
     turn, until ``stop``; the samples trained counted."""
+    from sfbus.child import apply_scheduling
     from sfbus.heap import keep_freed_memory
 
     keep_freed_memory()  # as a run's learner process
+    apply_scheduling(process_with(path, sets, "Learner").scheduling)
     learners = build_learners(path, sets)
     for learner, batch in learners:  # warm-up: allocator, oneDNN kernels
         learner.update(batch, learner.params, None)
@@ -127,14 +135,15 @@ def measure(args: argparse.Namespace) -> tuple[tt.Window, int, Any]:
     """The parts run together over the window: the window (simulation frames, CPU by process),
     the samples trained in it, and the topology's data path."""
     path, sets = topology_args(args)
-    data, workers = rollout_data(path, sets)
+    data, process = rollout_data(path, sets)
+    workers = process.replicas
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
     counters = [ctx.RawValue("q", 0) for _ in range(workers)]
     learned = ctx.RawValue("q", 0)
     procs = [ctx.Process(target=tp._simulate, args=(data.env, data.num_envs, i, core, 32,
                                                     counters[i], ready, stop, data.env_kwargs,
-                                                    0, data))
+                                                    0, data, process.scheduling))
              for i, core in enumerate(tt.affinity(workers))]
     procs.append(ctx.Process(target=_learn, args=(path, sets, learned, ready, stop)))
     for p in procs:
@@ -219,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.duel and {"--workers", "--envs"} & set(sys.argv[1:] if argv is None else argv):
         parser.error("--duel measures selfplay_duel.yaml's own layout: set its sizes with --set")
     window, frameskip, data = measure(args)
-    _, workers = rollout_data(*topology_args(args))
+    workers = rollout_data(*topology_args(args))[1].replicas
     print(f"Machine: {tp.machine()}\n\nCommand: `python -m bench.contention "
           f"{' '.join(sys.argv[1:] if argv is None else argv)}`".rstrip() +
           f"\n\n{topology_args(args)[0].rpartition('/')[2]}: {workers} simulation processes of "

@@ -142,8 +142,9 @@ def about(args: argparse.Namespace) -> str:
             f"(or simulation processes) of {args.envs} envs, each pinned to its own core; a rate "
             f"is env frames (agent steps x 4) per second over {args.seconds:g} s after "
             f"{args.warmup:g} s of warm-up from the first frames. *Pure simulation* steps the "
-            "envs with random actions into preallocated rows (sfbus's own env and resize), "
-            f"nothing else. *sfbus* is `sfbus run {training(args)}` with `env`, `num_envs` and "
+            "envs with random actions into preallocated rows (sfbus's own env and resize; each "
+            "process and its engines under SCHED_BATCH, the simulation's fastest), nothing "
+            "else. *sfbus* is `sfbus run {training(args)}` with `env`, `num_envs` and "
             f"the workers set {device}. *Sample Factory* runs from its own venv with `{flags} "
             f"{' '.join(SF_FLAGS)}`. The paper's row is its Table 1 (System #2), for scale: its "
             "machine had 36 cores and a GPU.")

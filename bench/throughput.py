@@ -39,6 +39,7 @@ from bench import throughput_topologies as tt
 from bench.report import machine as machine_line
 from bench.report import write_section
 from sfbus import Actor, Signal, slot
+from sfbus.child import apply_scheduling
 from sfbus_components.datapath.messages import SlotsReleased, TrajectoryReady
 from sfbus_components.datapath.settings import DataPathParams, policy_spec
 
@@ -56,7 +57,8 @@ VERSUS = {"model": ("sf_model", 2.0), "train": ("sf_train", 2.5)}
 GPU_GOALS = {"train": 1.5, "share": 0.6}
 ABOUT = """Cases run one after another, each in fresh processes, with %(workers)d rollout
 workers (or simulation processes) of %(envs)d envs each, every one pinned to its own core with
-the VizDoom engines it starts. A rate is env frames (agent steps x frameskip) per second over a
+the VizDoom engines it starts (simulation processes under SCHED_BATCH, as the CPU training
+topology runs its processes). A rate is env frames (agent steps x frameskip) per second over a
 %(seconds)g s window that starts %(warmup)g s after the first frames, so start-up is left out.
 *Pure simulation* steps the envs with random actions through `step_into` into preallocated rows
 (the same 128x72 resize and CHW copy as the system), nothing else; *with short episodes* it also
@@ -106,13 +108,16 @@ class TrajectorySink(Actor):
 
 def _simulate(env: str, envs: int, worker: int, core: int, rollout: int, steps: Any,
               ready: Any, stop: Any, env_kwargs: dict[str, Any], episode_steps: int,
-              acting: DataPathParams | None = None) -> None:
+              acting: DataPathParams | None = None, scheduling: str = "batch") -> None:
     """One simulation process: pin, make envs, step them with random actions until ``stop``,
     starting a new episode in each every ``episode_steps`` steps (0: only where one ends); with
     ``acting`` (a data path), the actions come from its policies' packed inference passes over
     the envs' last observations, one per policy acting, as an inference worker serves its
-    rollout process."""
+    rollout process; the process and its engines under Linux's ``scheduling`` policy, as
+    sfbus's CPU topologies run their rollout processes (SCHED_BATCH: fewer context switches
+    between a process and its engines, the simulation's best)."""
     os.sched_setaffinity(0, [core])  # before the envs, so that their engine processes inherit it
+    apply_scheduling(scheduling)  # likewise
     with contextlib.suppress(ImportError):
         import cv2
 

@@ -19,12 +19,16 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sfbus.heap import keep_freed_memory
 from sfbus.host import ProcessHost
 from sfbus.loop import run
 from sfbus.routing import RoutingTable
 from sfbus.rundir import read_manifest
+
+if TYPE_CHECKING:
+    from sfbus.topology.model import SchedulingPolicy
 
 _PR_SET_PDEATHSIG = 1
 SUPERVISOR_PID_ENV = "SFBUS_SUPERVISOR_PID"
@@ -121,6 +125,7 @@ async def _main(run_dir: Path, process: str) -> list[str]:
         os.sched_setaffinity(0, pinned_cores(cores, os.sched_getaffinity(0)))
     if spec.nice:
         apply_nice(spec.nice)
+    apply_scheduling(spec.scheduling)
     host = ProcessHost(
         table, [process], run_id=manifest.run_id, run_dir=str(run_dir),
         sock_dir=manifest.sock_dir, array_specs=manifest.array_specs(),
@@ -157,6 +162,18 @@ def apply_nice(nice: int) -> None:
     # no autogroup: a kernel without it, or not Linux
     with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as f:
         f.write(str(nice))
+
+
+def apply_scheduling(policy: SchedulingPolicy) -> None:
+    """Run this process, the threads it starts and the processes it starts (a VizDoom engine)
+    under Linux's ``policy``; nothing where the system has no SCHED_BATCH.
+
+    Under SCHED_BATCH a woken task waits for the running one to block or use its slice instead
+    of preempting it: a rollout process and its engines hand a step back and forth four times
+    (one message per tic), and preempted at each wake-up they switched 17 times a sample where
+    8 do (doom_benchmark, docs/benchmarks/paper_table.md)."""
+    if policy == "batch" and hasattr(os, "SCHED_BATCH"):
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 
 
 def pinned_cores(ids: Sequence[int], allowed: Iterable[int]) -> set[int]:

@@ -59,9 +59,9 @@ def test_the_learners_train_on_batches_of_their_spaces(argv: list[str], env: str
                                                         workers: int, policies: int,
                                                         rows: int) -> None:
     path, sets = contention.topology_args(contention.main_parser().parse_args(argv))
-    data, processes = contention.rollout_data(path, sets)
-    assert (data.env, data.num_envs, data.num_policies, processes) == (env, envs, policies,
-                                                                      workers)
+    data, process = contention.rollout_data(path, sets)
+    assert (data.env, data.num_envs, data.num_policies, process.replicas) == (env, envs, policies,
+                                                                              workers)
     learners = contention.build_learners(path, sets)
     assert len(learners) == policies
     learner, batch = learners[-1]

@@ -17,6 +17,7 @@ File format::
         cpu_affinity: [0, 1] # optional CPU ids; with replicas, replica i gets core ids[i % n];
                              # auto: every core of the machine (so replica i gets core i)
         nice: 0             # -20 .. 19
+        scheduling: normal  # normal | batch: Linux's SCHED_BATCH for it and what it starts
         actors:
           producer:         # actor name, unique across the whole topology
             class: sfbus.demo:Producer   # "module:Class", a subclass of sfbus.actor.Actor
@@ -78,6 +79,7 @@ from sfbus.topology.model import (
     ProcessSpec,
     RestartPolicy,
     RunSettings,
+    SchedulingPolicy,
     Topology,
 )
 from sfbus.topology.params import ParamError, build_dataclass, convert, describe_value, suggest
@@ -92,7 +94,7 @@ from sfbus.topology.yaml_source import Document, KeyPath, Where
 # One OS process per replica: beyond this no machine runs them, and a typo (1000000) would
 # otherwise spend minutes building the routing table before any error.
 MAX_REPLICAS = 1024
-PROCESS_KEYS = ("replicas", "restart", "cpu_affinity", "nice", "actors")
+PROCESS_KEYS = ("replicas", "restart", "cpu_affinity", "nice", "scheduling", "actors")
 ACTOR_KEYS = ("class", "params")
 CONNECTION_KEYS = ("from", "to", "mode", "coalesce_s")
 # Names end up in socket paths, metric labels and 'actor.signal' references: no dots or spaces.
@@ -256,6 +258,7 @@ class _Builder:
             nice = self.typed((*path, "nice"), int, 0)
             if not -20 <= nice <= 19:
                 raise self.fail((*path, "nice"), f"expected an int in -20..19, got {nice}")
+            scheduling = self.typed((*path, "scheduling"), SchedulingPolicy, "normal")
             actors = self.mapping((*path, "actors"))
             if not actors:
                 raise self.fail((*path, "actors"), f"process '{pname}' has no actors")
@@ -270,7 +273,7 @@ class _Builder:
             origin = self.population.processes.get(pname)
             specs.append(ProcessSpec(
                 name=pname, actors=tuple(specs_a), replicas=replicas,
-                restart=restart, cpu_affinity=affinity, nice=nice,
+                restart=restart, cpu_affinity=affinity, nice=nice, scheduling=scheduling,
                 location=_location(self.doc.where(path, at_key=True)),
                 template=origin.template if origin else None,
                 index=origin.index if origin else None))

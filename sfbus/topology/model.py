@@ -9,6 +9,7 @@ from sfbus.topology.classes import import_actor_class
 from sfbus.topology.params import Interval, Seconds
 
 RestartPolicy = Literal["always", "on-failure", "never"]
+SchedulingPolicy = Literal["normal", "batch"]
 DeliveryMode = Literal["broadcast", "any", "local"]
 
 
@@ -48,6 +49,9 @@ class ProcessSpec:
     restart: RestartPolicy = "on-failure"
     cpu_affinity: tuple[int, ...] | None = None
     nice: int = 0
+    scheduling: SchedulingPolicy = "normal"
+    """Linux's policy for the process and what it starts: ``batch`` (SCHED_BATCH) keeps the
+    processes it wakes from preempting it, and it from preempting them."""
     location: Location | None = None
     template: str | None = None
     """For a template's copy: the name it was written as (``learner_<policy>``)."""

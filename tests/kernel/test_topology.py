@@ -303,6 +303,9 @@ ERRORS = [
      "t.yaml:5:23: processes.main.cpu_affinity[1]: expected int, got str 'x'"),
     ("nice_range", GOOD.replace("  main:\n", "  main:\n    nice: 30\n"),
      "t.yaml:5:11: processes.main.nice: expected an int in -20..19, got 30"),
+    ("scheduling_typo", GOOD.replace("  main:\n", "  main:\n    scheduling: batched\n"),
+     "t.yaml:5:17: processes.main.scheduling: expected 'normal' or 'batch', got str "
+     "'batched'; did you mean 'batch'?"),
     ("bad_process_name", GOOD.replace("  main:\n", "  main.0:\n"),
      "t.yaml:4:3: processes.main.0: invalid process name 'main.0': use letters, digits, '_' "
      "and '-', starting with a letter or '_'"),

@@ -26,7 +26,8 @@ _SCHED_SETATTR = {"x86_64": 314, "aarch64": 274}
 
 def request_short_slice(pid: int) -> None:
     """Ask for a :data:`SLICE_NS` slice for every thread of process ``pid``, keeping each
-    thread's nice; nothing on other systems, or for a process already gone."""
+    thread's nice and fair policy (normal or batch); nothing on other systems, or for a process
+    already gone."""
     number = _SCHED_SETATTR.get(platform.machine())
     if number is None or not sys.platform.startswith("linux"):
         return
@@ -38,9 +39,12 @@ def request_short_slice(pid: int) -> None:
     for tid in threads:
         try:
             nice = os.getpriority(os.PRIO_PROCESS, tid)
+            policy = os.sched_getscheduler(tid)
         except OSError:
             continue
+        if policy not in (os.SCHED_OTHER, os.SCHED_BATCH):
+            continue  # a real-time or idle thread has no fair slice to set
         # struct sched_attr (SCHED_ATTR_SIZE_VER1): size, policy, flags, nice, priority,
         # runtime (a fair task's slice), deadline, period, util_min, util_max
-        attr = struct.pack("=IIQiIQQQII", 56, os.SCHED_OTHER, 0, nice, 0, SLICE_NS, 0, 0, 0, 0)
+        attr = struct.pack("=IIQiIQQQII", 56, policy, 0, nice, 0, SLICE_NS, 0, 0, 0, 0)
         libc.syscall(number, tid, attr, 0)

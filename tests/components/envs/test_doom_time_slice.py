@@ -24,10 +24,17 @@ def slice_ns(tid: int) -> int:
         return next(int(line.split(":")[1]) for line in f if line.startswith("se.slice"))
 
 
+def _niced(policy: int) -> None:
+    os.nice(5)
+    os.sched_setscheduler(0, policy, os.sched_param(0))
+
+
 @pytest.mark.skipif(not custom_slices(), reason="custom slices need Linux 6.12+")
-def test_every_thread_gets_the_short_slice_and_keeps_its_nice() -> None:
+@pytest.mark.parametrize("policy", ["SCHED_OTHER", "SCHED_BATCH"])
+def test_every_thread_gets_the_short_slice_and_keeps_its_nice_and_policy(policy: str) -> None:
     code = "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start()"
-    child = subprocess.Popen([sys.executable, "-c", code], preexec_fn=lambda: os.nice(5))
+    fair = getattr(os, policy)
+    child = subprocess.Popen([sys.executable, "-c", code], preexec_fn=lambda: _niced(fair))
     try:
         while len(os.listdir(f"/proc/{child.pid}/task")) < 2:
             pass
@@ -36,6 +43,7 @@ def test_every_thread_gets_the_short_slice_and_keeps_its_nice() -> None:
         request_short_slice(child.pid)
         assert [slice_ns(t) for t in threads] == [SLICE_NS] * len(threads)
         assert all(os.getpriority(os.PRIO_PROCESS, t) == 5 for t in threads)
+        assert all(os.sched_getscheduler(t) == fair for t in threads)
     finally:
         child.kill()
         child.wait()
