@@ -77,8 +77,9 @@ class LearnerStep:
         stats = self.normalizer.stats["obs"]
         stats.update(self.raw[:, : self.steps : 8])  # as the learner: every 8th step's frames
         image_dtype = self.model.encoder.compute_dtype(self.raw.device)  # as the learner,
-        obs = {"obs": stats.normalize(self.raw[:, : self.steps], image_dtype)}  # step T apart
-        last = {"obs": stats.normalize(self.raw[:, self.steps :], image_dtype)}
+        threads = self.model.sequence_threads  # as the learner: frames by trajectory
+        obs = {"obs": stats.normalize(self.raw[:, : self.steps], image_dtype, threads)}  # T apart
+        last = {"obs": stats.normalize(self.raw[:, self.steps :], image_dtype, threads)}
         marks.append(time.perf_counter())
         batch = {**self.batch, "obs": obs}
         targets, advantages = gae_targets(self.model, batch, DOOM_BASIC_LOSSES, self.returns,

@@ -128,10 +128,11 @@ class AppoUpdate:
         # at mean 0, variance 1 (images then come out as x / 255). Images come out in the
         # encoder's compute dtype, so it has no cast of its own to make.
         image_dtype = t.policy.model.encoder.compute_dtype(t.device)
+        threads = t.policy.model.sequence_threads  # as the pass after it: frames by trajectory
 
         def normalized(steps: slice) -> dict[str, torch.Tensor]:
-            return {k: stats[k].normalize(v[:, steps], image_dtype) if k in stats else v[:, steps]
-                    for k, v in obs.items()}
+            return {k: stats[k].normalize(v[:, steps], image_dtype, threads) if k in stats
+                    else v[:, steps] for k, v in obs.items()}
 
         # GAE: step T's obs apart, for V(x_T) alone; the loss's steps then flatten into the
         # encoder's rows as they are, and step T costs no pass with gradients

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import itertools
 import logging
 import os
 import platform
@@ -22,6 +23,8 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
+
+from sfbus_components.models.threaded_sequence import run_together
 
 log = logging.getLogger(__name__)
 
@@ -259,17 +262,38 @@ def elu_backward(grad: Tensor, x: Tensor) -> Tensor:
 
 
 def normalize_frames(frames: Tensor, scale_hwc: Tensor, offset_hwc: Tensor, clip: float,
-                     dtype: torch.dtype) -> Tensor:
-    """uint8 frames ``[..., C, H, W]`` (CPU, contiguous) mapped per pixel to
-    ``clip(frames * scale + offset)`` by float32 factors ``[H, W, C]``, rounded to ``dtype``
-    (float32 or bfloat16): a ``[..., C, H, W]`` view of channels-last values."""
+                     dtype: torch.dtype, threads: int = 1) -> Tensor:
+    """uint8 frames ``[..., C, H, W]`` (CPU) mapped per pixel to ``clip(frames * scale +
+    offset)`` by float32 factors ``[H, W, C]``, rounded to ``dtype`` (float32 or bfloat16): a
+    ``[..., C, H, W]`` view of channels-last values. Frames whose leading rows are each
+    contiguous (a learner batch's ``[B, T]`` steps of ``[B, T + 1]``) are read where they lie,
+    the rows spread over ``threads`` threads."""
     channels = scale_hwc.shape[-1]
     pixels = scale_hwc.numel() // channels
     count = frames.numel() // scale_hwc.numel()
     out = torch.empty((count, *scale_hwc.shape), dtype=dtype)
-    getattr(library(), f"normalize_frames_{_SUFFIX[dtype]}")(
-        _pointer(frames), _pointer(scale_hwc), _pointer(offset_hwc), ctypes.c_int64(count),
-        ctypes.c_int64(channels), ctypes.c_int64(pixels), ctypes.c_float(clip), _pointer(out))
+    flat = out.view(count, -1)
+    kernel = getattr(library(), f"normalize_frames_{_SUFFIX[dtype]}")
+    if frames.is_contiguous() or frames.dim() < 5 or not frames[0].is_contiguous():
+        rows = [frames.contiguous().reshape(count, -1)]
+    else:
+        rows = list(frames.reshape(frames.shape[0], -1, *frames.shape[-3:]))
+
+    def normalize(first: int, last: int) -> None:
+        frame = sum(r.numel() for r in rows[:first]) // scale_hwc.numel()
+        for row in rows[first:last]:
+            n = row.numel() // scale_hwc.numel()
+            kernel(_pointer(row), _pointer(scale_hwc), _pointer(offset_hwc), ctypes.c_int64(n),
+                   ctypes.c_int64(channels), ctypes.c_int64(pixels), ctypes.c_float(clip),
+                   _pointer(flat[frame]))
+            frame += n
+
+    shares = max(1, min(threads, len(rows)))
+    if shares == 1:
+        normalize(0, len(rows))
+    else:
+        bounds = [len(rows) * i // shares for i in range(shares + 1)]
+        run_together([functools.partial(normalize, a, b) for a, b in itertools.pairwise(bounds)])
     return out.reshape(*frames.shape[:-3], *scale_hwc.shape).movedim(-1, -3)
 
 

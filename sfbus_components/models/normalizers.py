@@ -90,9 +90,10 @@ class RunningMeanStd(nn.Module):
         self.var.copy_(m2 / total)
         self.count.copy_(total)
 
-    def normalize(self, x: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    def normalize(self, x: Tensor, dtype: torch.dtype = torch.float32, threads: int = 1) -> Tensor:
         """(x * scale - mean) / sqrt(var + eps), clipped to [-clip, clip]; in `x`'s dtype, or
-        `dtype` for integer `x` (computed in float32 either way, then rounded)."""
+        `dtype` for integer `x` (computed in float32 either way, then rounded); CPU frames on up
+        to `threads` threads."""
         if not x.is_floating_point():
             # Images, on the hot paths of inference and the learner: float32 values, then the
             # affine map and the clip in place; no float64 temporaries. (An addcmul straight
@@ -103,8 +104,8 @@ class RunningMeanStd(nn.Module):
                     and dtype in (torch.float32, torch.bfloat16) and native.runs_on(scale_hwc):
                 # one pass, channels-last at any batch size (the first convolution's fast
                 # layout, which a separate copy cost more than it saved at inference's sizes)
-                return native.normalize_frames(x.contiguous(), scale_hwc, offset_hwc,
-                                               self.clip, dtype)
+                return native.normalize_frames(x, scale_hwc, offset_hwc, self.clip, dtype,
+                                               threads)
             if len(self.shape) != 3 or x.numel() < _CHANNELS_LAST_FROM * scale.numel():
                 values = x.float()
                 return torch.addcmul(offset, values, scale, out=values).clamp_(

@@ -43,8 +43,9 @@ def sequence_in_threads(trunk: Trunk, threads: int, obs: dict[str, Tensor], rnn_
     return _Shares.apply(anchor, trunk, inputs)
 
 
-def _run_all(calls: Sequence[Callable[[], Any]]) -> list[Any]:
-    """Run ``calls`` at once, the first on this thread; their results, or the first error."""
+def run_together(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Run ``calls`` at once, each but the first on a new thread with this thread's torch
+    thread count; their results, or the first error."""
     threads = torch.get_num_threads()
 
     def on_torch_threads(call: Callable[[], Any]) -> Any:
@@ -71,7 +72,7 @@ class _Shares(torch.autograd.Function):
         def share(obs: dict[str, Tensor], state: Tensor, dones: Tensor) -> tuple[Tensor, ...]:
             with torch.enable_grad():  # grad mode is per thread, and off inside a forward
                 return tuple(trunk(obs, state, dones))
-        ctx.outputs = _run_all([lambda args=args: share(*args) for args in inputs])
+        ctx.outputs = run_together([lambda args=args: share(*args) for args in inputs])
         return tuple(torch.cat([out[i].detach() for out in ctx.outputs])
                      for i in range(len(ctx.outputs[0])))
 
@@ -87,5 +88,5 @@ class _Shares(torch.autograd.Function):
                      if g is not None and out.requires_grad]
             if pairs:
                 torch.autograd.backward([out for out, _ in pairs], [g for _, g in pairs])
-        _run_all([lambda index=index: share_backward(index) for index in range(len(rows))])
+        run_together([lambda index=index: share_backward(index) for index in range(len(rows))])
         return None, None, None

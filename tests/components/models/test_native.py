@@ -123,6 +123,26 @@ def test_frames_normalize_to_torchs_values_channels_last(monkeypatch, one_thread
 
 
 @needs_compiler
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_batchs_steps_normalize_where_they_lie_over_threads(monkeypatch, one_thread, threads):
+    """The learner's [B, T] steps of a [B, T + 1] batch: no copy of the slice, trajectories
+    spread over threads, the values of one contiguous pass."""
+    from sfbus_components.models.normalizers import RunningMeanStd
+    generator = torch.Generator().manual_seed(threads)
+    stats = RunningMeanStd((3, 6, 10), clip=2.0, eps=1e-5, scale=1 / 255)
+    batch = torch.randint(0, 256, (5, 4, 3, 6, 10), dtype=torch.uint8, generator=generator)
+    stats.update(batch.flatten(0, 1))
+    copies = []
+    contiguous = torch.Tensor.contiguous
+    monkeypatch.setattr(torch.Tensor, "contiguous", lambda x, *a, **k: copies.append(x.dtype)
+                        or contiguous(x, *a, **k))
+    ours = stats.normalize(batch[:, :3], torch.float32, threads)
+    assert torch.uint8 not in copies and ours.shape == (5, 3, 3, 6, 10)
+    whole = stats.normalize(contiguous(batch[:, :3]).flatten(0, 1), torch.float32)
+    torch.testing.assert_close(ours.flatten(0, 1), whole, rtol=0, atol=0)
+
+
+@needs_compiler
 def test_avx2_capped_torch_gets_avx2_kernels_with_the_same_values(monkeypatch, tmp_path,
                                                                    one_thread, no_torch_elu):
     import platform
