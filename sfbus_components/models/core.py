@@ -25,9 +25,9 @@ from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
-from torch.nn import functional
 
 from sfbus_components.models.config import ModelConfig
+from sfbus_components.models.gru_sequence import gru_sequence
 from sfbus_components.models.precision import Precision, uses_bf16
 
 
@@ -104,9 +104,8 @@ class Core(nn.Module):
         # the steps some trajectory's episode ended before
         resets = ((dones[:, : num_steps - 1] != 0).any(dim=0).nonzero().flatten() + 1).tolist()
         state = state.to(x.dtype)
-        if self.kind == "gru" and x.device.type == "cpu" and \
-                uses_bf16(self.products_precision, x.device):
-            return self._gru_bf16_products(x, state, keep, set(resets))
+        if self.kind == "gru" and x.device.type == "cpu":
+            return self._gru_on_cpu(x, state, keep, set(resets))
         # One cuDNN call per stretch with no reset in any trajectory instead of T cell calls:
         # split T only at those steps.
         bounds = [0, *resets, num_steps]
@@ -118,32 +117,19 @@ class Core(nn.Module):
             outputs.append(out)
         return torch.cat(outputs, dim=1)
 
-    def _gru_bf16_products(self, x: Tensor, state: Tensor, keep: Tensor,
-                           resets: set[int]) -> Tensor:
-        """``nn.GRU``'s equations over ``x [B, T, in]``, the state multiplied by ``keep[:, t - 1]``
-        entering each step of ``resets``, with the matrix products in bfloat16 (float32
-        accumulation) and the gates and state in float32. On a CPU with bfloat16 instructions
-        the GRU's float32 products were a quarter of the learner's step (doom_basic's model,
-        docs/benchmarks/throughput_cpu.md); their rounding adds less to the gradients than the
-        bfloat16 encoder does. One loop over T: weights are cast once per layer, not per stretch."""
+    def _gru_on_cpu(self, x: Tensor, state: Tensor, keep: Tensor, resets: set[int]) -> Tensor:
+        """The GRU's layers over ``x [B, T, in]`` through :func:`gru_sequence`, with no cut at
+        the ``resets``; the matrix products in ``products_precision`` (bfloat16 on a CPU with
+        bfloat16 instructions: there the float32 products were a quarter of the learner's step,
+        docs/benchmarks/throughput_cpu.md, and their rounding adds less to the gradients than
+        the bfloat16 encoder does), the gates and state in float32."""
         assert self.rnn is not None
-        bf16 = torch.bfloat16
-        layers = self._layers(state)
-        for layer in range(self.num_layers):
-            w_ih, w_hh, b_ih, b_hh = (getattr(self.rnn, f"{name}_l{layer}") for name in
-                                      ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
-            # the input's share of every step's gates in one product; unbound, so that the
-            # backward stacks the steps' gradients once instead of zero-filling a whole
-            # [B, T, 3H] gradient per step for each slice
-            gates_x = functional.linear(x.to(bf16), w_ih.to(bf16), b_ih.to(bf16)).float()
-            w_hh, b_hh = w_hh.to(bf16), b_hh.to(bf16)
-            h, outputs = layers[layer], []
-            for t, step_x in enumerate(gates_x.unbind(1)):
-                if t in resets:
-                    h = h * keep[:, t - 1 : t]
-                h = gru_cell(step_x, functional.linear(h.to(bf16), w_hh, b_hh).float(), h)
-                outputs.append(h)
-            x = torch.stack(outputs, dim=1)
+        products = torch.bfloat16 if uses_bf16(self.products_precision, x.device) \
+            else torch.float32
+        for layer, h in enumerate(self._layers(state)):
+            weights = tuple(getattr(self.rnn, f"{name}_l{layer}") for name in
+                            ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+            x = gru_sequence(x, h, keep, resets, weights, products)
         return x
 
 

@@ -265,6 +265,35 @@ def test_bfloat16_encoder_matches_float32_and_keeps_float32_outputs_and_grads() 
 
 
 @pytest.mark.parametrize("layers", [1, 2])
+def test_the_cpu_gru_sequence_has_nn_gru_outputs_and_gradients_across_resets(layers: int) -> None:
+    """The CPU's GRU (one pass with no cut at the resets, its backward written out) against
+    ``nn.GRU`` run stretch by stretch between the resets, the state multiplied by ``keep``."""
+    torch.manual_seed(0)
+    core = GruCore(24, ModelConfig(core_size=32, rnn_num_layers=layers))
+    x = torch.randn(4, 9, 24, requires_grad=True)
+    start = torch.randn(4, core.state_size, requires_grad=True)
+    dones = torch.zeros(4, 9)
+    dones[1, 3] = dones[3, 0] = dones[3, 6] = 1.0
+    out = core.sequence(x, start, dones)
+    grads = torch.autograd.grad(out.square().sum(), [x, start, *core.parameters()])
+
+    keep = 1.0 - dones
+    state = start.reshape(4, layers, 32).transpose(0, 1)
+    pieces = []
+    for first, end in [(0, 1), (1, 4), (4, 7), (7, 9)]:  # cut after each step that ended one
+        if first > 0:
+            state = state * keep[:, first - 1 : first]
+        piece, state = core.rnn(x[:, first:end], state)
+        pieces.append(piece)
+    expected = torch.cat(pieces, dim=1)
+    expected_grads = torch.autograd.grad(expected.square().sum(),
+                                         [x, start, *core.parameters()])
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("layers", [1, 2])
 def test_gru_products_in_bfloat16_follow_the_float32_gru(layers: int) -> None:
     torch.manual_seed(0)
     cfg = ModelConfig(core_size=32, rnn_num_layers=layers)
