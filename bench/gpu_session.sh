@@ -7,7 +7,11 @@
 #   bench/gpu_session.sh table    there, likewise: Table 1 (bench.paper_table --gpu) alone, each
 #                                 case measured over SECONDS_PER_CASE (default 120) after WARMUP
 #                                 (30), QUICK=1 to allow a window under two minutes;
-#                                 docs/benchmarks/paper_table.md with its section comes back in $OUT
+#                                 docs/benchmarks/paper_table.md with its section comes back in $OUT;
+#                                 then VARIANTS (space-separated KEY=VALUE, default none), each
+#                                 sfbus's training on VARIANT_GAME (doom_benchmark) over
+#                                 VARIANT_SECONDS (20); GAMES limits the table to some games
+#                                 (bench.paper_table --games)
 #
 # Everything printed goes to $OUT/session.txt too; the CUDA tests' log is $OUT/tests.txt, py-spy's
 # profiles of the training case $OUT/profile-{inference,learner,rollout.0}.txt (raw format).
@@ -72,9 +76,16 @@ lscpu | grep -E '^(Model name|CPU\(s\))'; python3 -c 'import torch; print(torch.
 if [ "$1" = table ]; then
     echo "== Table 1"
     timeout "${TABLE_TIMEOUT:-3000}" python3 -m bench.paper_table --gpu --write-docs \
-        --seconds "${SECONDS_PER_CASE:-120}" --warmup "${WARMUP:-30}" ${QUICK:+--quick} 2>&1
+        --seconds "${SECONDS_PER_CASE:-120}" --warmup "${WARMUP:-30}" ${QUICK:+--quick} \
+        ${GAMES:+--games "$GAMES"} 2>&1
     status=$?
     cp docs/benchmarks/paper_table.md "$OUT/paper_table.md"
+    for variant in ${VARIANTS:-}; do  # sfbus's training on one game with one override each
+        echo "== ${VARIANT_GAME:-doom_benchmark} training with $variant"
+        timeout 200 python3 -m bench.throughput --gpu --env "${VARIANT_GAME:-doom_benchmark}" \
+            --cases train --set "$variant" --workers "${WORKERS:-16}" --envs 16 \
+            --seconds "${VARIANT_SECONDS:-20}" --warmup "${WARMUP:-30}" 2>&1
+    done
     exit $status
 fi
 

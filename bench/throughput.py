@@ -83,7 +83,9 @@ what the rest of the machine used meanwhile (`/proc/stat` busy time less this ca
 a figure far from 0 means the case shared its cores and its rate is low. For each sfbus case the
 last lines give its inference passes over the window, from the inference workers' Prometheus
 histograms: passes per second, rows per pass, and the time from a pass's first request arriving
-to its actions signalled."""
+to its actions signalled; then the rollout workers' mean round trip of a request and the share
+of the window they stepped no split (their `idle_seconds` counter), and the learner's pace while
+it trains (from the batches `progress.jsonl` reports) with the share of the window it trained."""
 ABOUT_GPU = """As above (fresh processes per case, %(workers)d rollout workers or simulation
 processes of %(envs)d envs, each pinned to its own core; rates over a %(seconds)g s window that
 starts %(warmup)g s after the first frames), on a machine with a GPU: *full training* is `sfbus
@@ -342,17 +344,35 @@ def cpu_table(results: dict[str, tt.Window]) -> str:
 
 
 def inference_passes(results: dict[str, tt.Window]) -> str:
-    """For each sfbus case, its inference passes over the window: how many, their mean rows and
-    mean time from a pass's first request arriving to its actions signalled."""
+    """For each sfbus case, its inference passes over the window (how many, their mean rows and
+    mean time from a pass's first request arriving to its actions signalled) and what its
+    rollout workers waited: the mean round trip of a request, and the share of their time they
+    stepped no split (waiting for actions, or for a pass in their own process); and the
+    learner's pace while it trains against what it trained: near 100% busy, it sets the rate."""
     lines = []
     for key, w in results.items():
         histograms = w.extra.get("histograms", {})
         rows, passes = histograms.get(tt.INFERENCE_HISTOGRAMS[0], (0.0, 0.0))
         latency, served = histograms.get(tt.INFERENCE_HISTOGRAMS[1], (0.0, 0.0))
+        round_trips, answered = histograms.get(tt.ROLLOUT_WAITS[0], (0.0, 0.0))
+        idle, _ = histograms.get(tt.ROLLOUT_WAITS[1], (0.0, 0.0))
+        workers = sum(1 for name in w.cpu if name.split(".")[0] == "rollout" and " " not in name)
         if passes and served:
-            lines.append(f"- {CASES[key]}: {passes / w.seconds:,.0f} inference passes/s, "
-                         f"{rows / passes:.1f} rows per pass, {1e3 * latency / served:.2f} ms "
-                         f"from a pass's first request to its actions")
+            line = (f"- {CASES[key]}: {passes / w.seconds:,.0f} inference passes/s, "
+                    f"{rows / passes:.1f} rows per pass, {1e3 * latency / served:.2f} ms "
+                    f"from a pass's first request to its actions")
+            if answered and workers:
+                line += (f"; a request's round trip from its rollout worker "
+                         f"{1e3 * round_trips / answered:.2f} ms, the rollout workers stepping no "
+                         f"split {idle / (w.seconds * workers):.0%} of the window")
+            per_frame, batches = histograms.get(tt.LEARNER_TOTALS[0], (0.0, 0.0))
+            trained, _ = histograms.get(tt.LEARNER_TOTALS[1], (0.0, 0.0))
+            if batches and trained:
+                pace = batches / per_frame
+                line += (f"; the learner trained {trained / w.seconds:,.0f} env frames/s at a pace "
+                         f"of {pace:,.0f} while training (busy {trained / pace / w.seconds:.0%} "
+                         f"of the window)")
+            lines.append(line)
     return "\n\n" + "\n".join(lines) if lines else ""
 
 

@@ -244,11 +244,15 @@ def measure(roots: dict[int, str], frames_now: Callable[[], tuple[float, int]],
 
 INFERENCE_HISTOGRAMS = ("sfbus_inference_batch_rows", "sfbus_inference_serve_latency_seconds")
 """The inference workers' rows per pass and time from a pass's first request to its actions."""
+ROLLOUT_WAITS = ("sfbus_rollout_actions_wait_seconds", "sfbus_rollout_idle_seconds")
+"""The rollout workers' round trips from a request to its actions (a histogram) and the time
+none of their splits could step (a counter)."""
 
 
 def histogram_totals(metrics_dir: Path, names: Sequence[str]) -> dict[str, tuple[float, float]]:
     """(sum, count) of each histogram ``name`` in a run's multiprocess metrics folder, over
-    every process and label (0, 0 for one no process has written)."""
+    every process and label (0, 0 for one no process has written); a counter's total, with a
+    count of 0."""
     from prometheus_client import CollectorRegistry
     from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -258,14 +262,22 @@ def histogram_totals(metrics_dir: Path, names: Sequence[str]) -> dict[str, tuple
     for family in registry.collect():
         if family.name not in totals:
             continue
-        total = sum(s.value for s in family.samples if s.name == family.name + "_sum")
+        total = sum(s.value for s in family.samples
+                    if s.name in (family.name + "_sum", family.name + "_total"))
         count = sum(s.value for s in family.samples if s.name == family.name + "_count")
         totals[family.name] = (total, count)
     return totals
 
 
+LEARNER_TOTALS = ("learner_seconds_per_frame", "learner_trained_frames")
+"""What ``ProgressTail.learner_totals`` adds up: the train seconds per env frame of the batches
+the records name (each record names the last one, so a sample of them) and the env frames
+trained."""
+
+
 class ProgressTail:
-    """Tails a run's ``progress.jsonl``; fails fast when the run exits before the window ends."""
+    """Tails a run's ``progress.jsonl``; fails fast when the run exits before the window ends.
+    Adds up the learners' figures as it reads (``learner_totals``)."""
 
     def __init__(self, path: Path, proc: subprocess.Popen[bytes], log: Path,
                  timeout: float) -> None:
@@ -273,6 +285,25 @@ class ProgressTail:
         self.deadline = time.monotonic() + timeout
         self.offset = 0
         self.last: tuple[float, int] = (0.0, 0)
+        self._versions: dict[str, int] = {}
+        self._train = (0.0, 0.0)
+        self._trained: dict[str, int] = {}
+
+    def _learners(self, record: dict[str, Any]) -> None:
+        """Count each policy's newly reported batch once (records repeat the last one)."""
+        for policy, figures in record.get("policies", {}).items():
+            version, pace = figures.get("version"), figures.get("learner_fps")
+            if version is None or not pace or self._versions.get(policy) == version:
+                continue
+            self._versions[policy] = version
+            self._train = (self._train[0] + 1.0 / pace, self._train[1] + 1)
+            self._trained[policy] = int(figures.get("trained_frames", 0))
+
+    def learner_totals(self) -> dict[str, tuple[float, float]]:
+        """(sum, count) pairs: the sampled batches' train seconds per env frame, and the env
+        frames trained so far by every policy (count 0)."""
+        return {LEARNER_TOTALS[0]: self._train,
+                LEARNER_TOTALS[1]: (float(sum(self._trained.values())), 0.0)}
 
     def _poll(self) -> bool:
         if self.proc.poll() is not None:
@@ -290,6 +321,7 @@ class ProgressTail:
         for line in complete.splitlines():
             record = json.loads(line)
             self.last = (float(record["time"]), int(record["env_frames"]))
+            self._learners(record)
         return bool(complete)
 
     def until(self, accept: Callable[[tuple[float, int]], bool]) -> tuple[float, int]:
@@ -320,7 +352,9 @@ def run_sfbus(args: list[str], warmup: float, seconds: float, tmp: Path,
         startup = time.monotonic() - started
         window = measure({proc.pid: "supervisor"}, lambda: first,
                          lambda t: progress.until(lambda r: r[0] >= t), warmup, seconds,
-                         lambda: histogram_totals(tmp / "run" / "metrics", INFERENCE_HISTOGRAMS))
+                         lambda: {**histogram_totals(tmp / "run" / "metrics",
+                                                     INFERENCE_HISTOGRAMS + ROLLOUT_WAITS),
+                                  **progress.learner_totals()})
         window.startup_s = startup
         return window
     finally:

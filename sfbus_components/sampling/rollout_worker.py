@@ -34,6 +34,7 @@ numbers, batcher restarts).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 
 import numpy as np
@@ -58,6 +59,10 @@ from sfbus_components.sampling.rollout_faults import RolloutFaults
 from sfbus_components.sampling.rollout_params import RolloutParams
 from sfbus_components.sampling.splits import NonBatchedSplit, PopulationSplit, Split, SplitWiring
 from sfbus_components.sampling.worker_envs import WorkerEnvs
+
+_WAIT_BUCKETS = (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2, 0.25, 1.0)
+"""Seconds from a split's request to its actions: a GPU pass takes a fraction of a millisecond,
+a CPU pass a few, a stalled inference worker up to the request timeout."""
 
 
 class RolloutWorker(TrajectoryWriter):
@@ -120,12 +125,7 @@ class RolloutWorker(TrajectoryWriter):
         self.frames_since_report = 0
         self._frames_per_split_step = self.rows_per_split * self.spec.frameskip
         self._failures_reported = 0
-        self._m_frames = self.metrics.counter("env_frames", "Env frames collected (frameskip "
-                                              "counted)")
-        self._m_episodes = self.metrics.counter("episodes", "Episodes finished by agents")
-        self._m_failures = self.metrics.counter("env_failures",
-                                                "Envs recreated after an EnvError")
-        self._m_free = self.metrics.gauge("free_slots", "Free trajectory slots in the pool")
+        self._create_metrics()
 
         # Reclaims what a previous incarnation of this worker left taken.
         self.faults = RolloutFaults(self.context, self.name, self.pool, p.num_splits, self.log)
@@ -157,10 +157,30 @@ class RolloutWorker(TrajectoryWriter):
         self._first_wait_s = p.decorrelate_experience_max_seconds * self.worker / workers
         self._holding = False
         self.paused.extend(range(p.num_splits))
+        self._stepped_at = time.perf_counter()  # idle from here until the first actions
         self._resume_paused()  # takes each split's slots and requests its actions
         self._m_free.set(self.pool.free)
         self.every(p.progress_interval_s, self._report_progress)
         self.every(p.inference_timeout_s, self._check_faults)
+
+    def _create_metrics(self) -> None:
+        """The worker's Prometheus series, and the clocks its waits are measured with."""
+        self._m_frames = self.metrics.counter("env_frames", "Env frames collected (frameskip "
+                                              "counted)")
+        self._m_episodes = self.metrics.counter("episodes", "Episodes finished by agents")
+        self._m_failures = self.metrics.counter("env_failures",
+                                                "Envs recreated after an EnvError")
+        self._m_free = self.metrics.gauge("free_slots", "Free trajectory slots in the pool")
+        # Where a sampler loses time: the round trip of its requests, and the time it stepped no
+        # split (every split waiting for its actions, from a pass of an inference worker in its
+        # own process or another, or for free slots).
+        self._m_actions_wait = self.metrics.histogram(
+            "actions_wait_seconds", "a split's request sent to its actions arriving",
+            _WAIT_BUCKETS)
+        self._m_idle = self.metrics.counter("idle_seconds", "Time no split was stepping (all "
+                                            "waiting for actions or free slots)")
+        self._requested_at = [0.0] * self.params.num_splits
+        self._idle_s = 0.0
 
     def _mapped_policies(self, num_agents: int) -> AgentPolicies:
         """The agents' policies, assigned by the mapping (more than one policy acts)."""
@@ -194,7 +214,11 @@ class RolloutWorker(TrajectoryWriter):
         split = self.splits[s]
         split.awaiting -= 1
         if not split.awaiting:  # every policy group of the split has its actions
+            now = time.perf_counter()
+            self._m_actions_wait.observe(now - self._requested_at[s])
+            self._idle_s += now - self._stepped_at
             self._step_split(split)
+            self._stepped_at = time.perf_counter()
 
     @slot
     def on_slots_released(self, msg: SlotsReleased) -> None:
@@ -239,6 +263,7 @@ class RolloutWorker(TrajectoryWriter):
     def _request(self, split: Split) -> None:
         """Ask for the split's actions, sent at once so the next split steps meanwhile."""
         split.request(self.faults.next_seq(split.index))
+        self._requested_at[split.index] = time.perf_counter()
         # Both splits' answers often arrive in one frame; without this, split 0's request would
         # wait in the outbox until split 1 was stepped too and the two would move in lockstep.
         self.send_now()
@@ -320,6 +345,8 @@ class RolloutWorker(TrajectoryWriter):
         # The metrics too are counted here, not per step: a Prometheus increment in multiprocess
         # mode costs a few microseconds, a noticeable share of a split step's own work.
         self._m_frames.inc(self.frames_since_report)
+        self._m_idle.inc(self._idle_s)
+        self._idle_s = 0.0
         self._m_failures.inc(self.envs.failures - self._failures_reported)
         self._failures_reported = self.envs.failures
         by_policy = () if self.population is None else self.population.take_frames()
