@@ -125,10 +125,12 @@ def goals(results: dict[str, dict[str, tt.Window]], gpu: bool) -> str:
 
 
 def details(results: dict[str, dict[str, tt.Window]]) -> str:
-    """Each game's cores and memory per case, as ``bench.throughput`` reports them."""
+    """Each game's cores and memory per case, and sfbus's inference passes and waits, as
+    ``bench.throughput`` reports them."""
     parts = []
     for game, r in results.items():
-        parts.append(f"{GAMES[game]}:\n\n{tp.rate_table(r)}\n\n{tp.cpu_table(r)}")
+        parts.append(f"{GAMES[game]}:\n\n{tp.rate_table(r)}\n\n{tp.cpu_table(r)}"
+                     f"{tp.inference_passes(r)}")
     return "\n\n".join(parts)
 
 
@@ -144,7 +146,7 @@ def about(args: argparse.Namespace) -> str:
             f"{args.warmup:g} s of warm-up from the first frames. *Pure simulation* steps the "
             "envs with random actions into preallocated rows (sfbus's own env and resize; each "
             "process and its engines under SCHED_BATCH, the simulation's fastest), nothing "
-            "else. *sfbus* is `sfbus run {training(args)}` with `env`, `num_envs` and "
+            f"else. *sfbus* is `sfbus run {training(args)}` with `env`, `num_envs` and "
             f"the workers set {device}. *Sample Factory* runs from its own venv with `{flags} "
             f"{' '.join(SF_FLAGS)}`. The paper's row is its Table 1 (System #2), for scale: its "
             "machine had 36 cores and a GPU.")

@@ -1,6 +1,8 @@
 """Table 1's rows as the paper prints them: env frames/s and the share of pure simulation, the
 ratio to Sample Factory, and the goals this machine is held to."""
 
+import argparse
+
 from bench import paper_table
 from bench.throughput_topologies import Window
 
@@ -39,3 +41,10 @@ def test_an_emulated_avx2_machine_is_held_to_the_avx2_goal(monkeypatch) -> None:
     assert paper_table.fast_bf16()
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert not paper_table.fast_bf16()
+
+
+def test_the_method_names_the_topology_that_trained() -> None:
+    args = argparse.Namespace(workers=16, envs=16, seconds=30.0, warmup=8.0, gpu=True)
+    text = paper_table.about(args)
+    assert "`sfbus run topologies/doom_basic_gpu.yaml`" in text
+    assert "--device=gpu" in text and "{" not in text
