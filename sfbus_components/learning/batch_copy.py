@@ -2,7 +2,8 @@
 
 A batch names (worker, slot) pairs; the copy groups them by worker and gathers each field of
 each worker's slots into one local tensor per field (``[trajectories, ...]``), so that the
-workers get their slots back at once in async mode while training reads the copy. The copy is a
+workers get their slots back at once in async mode while training reads the copy; copies
+alternate between two sets of tensors, so the next batch is copied while one trains. The copy is a
 :class:`~sfbus_components.algo.trajectories.Trajectories`, keyed as the buffer's arrays (its
 ``obs.<key>`` arrays as ``obs[key]``), the names the loss reads.
 """
@@ -33,7 +34,10 @@ class BatchCopy:
         self.pin = pin
         """Allocate the copy in page-locked memory (a GPU learner: its upload then runs
         asynchronously, see TrainingState.to_device)."""
-        self._batch: Trajectories | None = None
+        self._batches: list[Trajectories] = []
+        """The two buffers copies alternate between: one batch trains from one while the next
+        is copied into the other (the learner trains one batch at a time)."""
+        self._copies = 0
 
     def copy(self, msg: BatchReady) -> tuple[Trajectories, dict[int, list[int]]]:
         """Gather ``msg``'s trajectories into local tensors, one copy (grouped by worker);
@@ -42,19 +46,19 @@ class BatchCopy:
         for worker, slot_index in zip(msg.workers, msg.slots, strict=True):
             groups.setdefault(worker, []).append(slot_index)
         n = len(msg.slots)
-        if self._batch is None or len(self._batch["rewards"]) != n:
-            # Reused across batches: the learner's mailbox runs one batch at a time, and
-            # training reads it only until the next copy starts.
-            self._batch = _map(self.sources[0], lambda source: torch.empty(
-                (n, *source.shape), dtype=source.dtype, pin_memory=self.pin))
+        if not self._batches or len(self._batches[0]["rewards"]) != n:
+            self._batches = [_map(self.sources[0], lambda source: torch.empty(
+                (n, *source.shape), dtype=source.dtype, pin_memory=self.pin)) for _ in range(2)]
+        batch = self._batches[self._copies % 2]
+        self._copies += 1
         offset = 0
         for worker, slots in groups.items():
             index = torch.tensor(slots, dtype=torch.int64)
             end = offset + len(slots)
-            for source, out in _pairs(self.sources[worker], self._batch):
+            for source, out in _pairs(self.sources[worker], batch):
                 source.copy_into(index, out[offset:end])
             offset = end
-        return self._batch, groups
+        return batch, groups
 
 
 Sources = dict[str, Any]

@@ -4,6 +4,8 @@ Per batch: one gather copy of the batch's trajectories into local tensors
 (:mod:`sfbus_components.learning.batch_copy`; the workers get their slots back at once in async
 mode), V-trace + PPO epochs in a background thread (torch releases the GIL, so the event loop keeps
 moving signals meanwhile), then the new weights are published in shared memory under version + 1.
+In async mode the next batch is copied out while one trains (the copy alternates between two
+buffers), so its slots go back to the workers a training step sooner.
 Checkpoints go to ``<run_dir>/checkpoints/policy_<id>/``; a run directory that already holds some
 resumes from the newest (``sfbus run FILE --resume RUN_DIR``), whose env frames then count
 towards the run's ``--max-frames`` (Sample Factory's ``train_for_env_steps`` counts from the
@@ -26,7 +28,7 @@ pixel.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -105,6 +107,8 @@ class Learner(Actor):
         self.checkpoints: LearnerCheckpoints | None = None
         """The checkpoint schedule; None without a run directory."""
         self._background: asyncio.Future[Any] | None = None
+        self._training: asyncio.Future[None] | None = None
+        """Async mode: the batch training while the next one is copied out."""
         self._stopping = False
         self._failed_batches = 0
         self.peers: Peers | None = None
@@ -199,40 +203,75 @@ class Learner(Actor):
 
     @slot
     async def on_batch_ready(self, msg: BatchReady) -> None:
-        """Train on the batch; whatever happens, say idle after (the batcher waits for it)."""
+        """Train on the batch; whatever happens, say idle after (the batcher waits for it).
+
+        In async mode the learner says idle once it holds the batch's copy and the previous
+        batch has trained, with this one's training started: the batcher's next batch is then
+        copied out (and its slots go back to their workers) while this one trains, instead of
+        after it."""
         if self._stopping:
             return
         try:
-            await self._learn(msg)
-            self._failed_batches = 0
-        except Exception as error:  # the batcher must not wait forever on a learner that raised
+            if self.data.mode == "async":
+                batch = await self._counted(self._take(msg))
+                await self._settle()
+                if batch is not None and not self._stopping:
+                    self._training = asyncio.ensure_future(
+                        self._counted(self._train_and_publish(batch)))
+            else:
+                await self._counted(self._learn(msg))
+        finally:
+            self.learner_idle.emit(LearnerIdle(self.params.policy))
+
+    async def _counted(self, step: Awaitable[_T]) -> _T | None:
+        """``step``'s result, or None where it raised: the failure is reported, and the
+        process fails after ``max_failed_batches`` of them in a row (the batcher must not wait
+        forever on a learner that raises)."""
+        try:
+            result = await step
+        except Exception as error:
             self._failed_batches += 1
             self.report_failure("on_batch_ready", error)
             if self._failed_batches >= self.params.max_failed_batches:
                 self.fail_process(f"{self._failed_batches} batches in a row failed, the last "
                                   f"with {error!r}")
-        finally:
-            self.learner_idle.emit(LearnerIdle(self.params.policy))
+            return None
+        return result
+
+    async def _settle(self) -> None:
+        """Wait until the batch in training (if any) is trained, published and reported."""
+        if self._training is not None:
+            await asyncio.wait({self._training})
+            self._training = None
+
+    async def _take(self, msg: BatchReady) -> Trajectories | None:
+        """Async mode: copy the batch out and give its slots back at once; None where it is
+        dropped (see :meth:`_dropped`)."""
+        batch, groups = self.batches.copy(msg)
+        self._release(groups)
+        return None if self._dropped(batch, groups) else batch
 
     async def _learn(self, msg: BatchReady) -> None:
-        """Copy the batch out, release its slots (async: at once; sync: after training, also when
-        it fails), train, publish, report, checkpoint when due."""
+        """Sync mode: copy the batch out, train, publish; its slots go back after training
+        (also when it fails), when the sampler resumes."""
         batch, groups = self.batches.copy(msg)
-        to_release = groups
         try:
-            if self.data.mode == "async":
-                self._release(to_release)
-                to_release = {}
-            # Dropped: a restarted worker already refills one of its slots
-            # (sfbus_components.datapath.slot_stages), or it has only steps of weights a PBT
-            # exchange replaced.
-            if self._slot_stages.torn(groups) or self.population.discards(batch):
-                return
-            result = await self._in_thread(self.train, batch)
-            self._publish()
+            if not self._dropped(batch, groups):
+                await self._train_and_publish(batch)
         finally:
-            if to_release:
-                self._release(to_release)
+            self._release(groups)
+
+    def _dropped(self, batch: Trajectories, groups: dict[int, list[int]]) -> bool:
+        """A restarted worker already refills one of its slots
+        (sfbus_components.datapath.slot_stages), or the batch has only steps of weights a PBT
+        exchange replaced."""
+        return self._slot_stages.torn(groups) or self.population.discards(batch)
+
+    async def _train_and_publish(self, batch: Trajectories) -> None:
+        """Train, publish, report, checkpoint when due."""
+        result = await self._in_thread(self.train, batch)
+        self._publish()
+        self._failed_batches = 0
         self._report(result)
         kinds = () if self.checkpoints is None else self.checkpoints.due(self.training.env_frames)
         if kinds:
@@ -314,6 +353,7 @@ class Learner(Actor):
     async def on_hyperparams_changed(self, msg: HyperparamsChanged) -> None:
         """Apply this policy's new hyperparameters (between training steps)."""
         if msg.policy == self.params.policy:
+            await self._settle()
             self.params = self.population.apply_hyperparams(
                 self.params, dict(zip(msg.names, msg.values, strict=True)))
 
@@ -324,6 +364,7 @@ class Learner(Actor):
         me = self.params.policy
         if msg.source == msg.policy or me not in (msg.source, msg.policy):
             return
+        await self._settle()
         if msg.source == me:
             await self._in_thread(self.population.write_snapshot, msg, self.state())
             return
@@ -342,6 +383,7 @@ class Learner(Actor):
     async def on_stop(self) -> None:
         """Wait for an in-flight training step or save, then write the final checkpoint."""
         self._stopping = True
+        await self._settle()  # the batch in training: trained, published, its checkpoint due
         # A finished step's continuation may start a periodic save: wait until nothing runs.
         while self._background is not None and not self._background.done():
             await asyncio.wait({self._background})

@@ -200,6 +200,31 @@ async def test_async_releases_before_training_and_publishes(transport, device):
         assert set(batch) == {"obs", *STEP_FIELDS} and set(batch["obs"]) == {"obs"}
 
 
+async def test_async_copies_the_next_batch_while_one_trains():
+    async with hosted(learner_topology("async")) as actors:
+        learner, driver = actors["learner"], actors["driver"]
+        workers = [actors["rollout.0"], actors["rollout.1"]]
+        await until(lambda: driver.idle == 1 and driver.versions == [1])
+        go = threading.Event()
+        train, trained = learner.train, []
+        learner.train = lambda batch: trained.append(batch) or (go.wait(10) and train(batch))
+
+        driver.batch_ready.emit(BATCH)
+        await until(lambda: driver.idle == 2)  # idle with the first batch still training
+        driver.batch_ready.emit(BATCH)
+        # the second batch is copied and its slots go back before the first is published
+        await until(lambda: all(len(w.released) == 2 for w in workers))
+        assert driver.versions == [1] and learner.weights.version == 1
+        await asyncio.sleep(0.05)
+        assert driver.idle == 2  # and it trains only once the first has
+        go.set()
+        await until(lambda: driver.versions == [1, 2, 3] and driver.idle == 3)
+        assert [s.version for s in driver.stats] == [2, 3]
+        # the second copy went to the other buffer: the first batch was not written over
+        first, second = (b["obs"]["obs"].data_ptr() for b in trained)
+        assert first != second
+
+
 def test_more_minibatches_than_trajectories_is_refused_at_validation():
     # 64 / 8 = 8 trajectories: a 9th minibatch would be empty and every training step would fail
     too_many = learner_topology(learner={"appo": replace(APPO, num_batches_per_epoch=9)})
@@ -229,7 +254,7 @@ async def test_stop_checkpoints_and_run_dir_resumes(tmp_path):
         first, driver = actors["learner"], actors["driver"]
         await until(lambda: driver.idle == 1)
         driver.batch_ready.emit(BATCH)
-        await until(lambda: driver.idle == 2)
+        await until(lambda: driver.versions[-1:] == [2])  # trained and published
         final = published(first)
     checkpoints = sorted((tmp_path / "checkpoints" / "policy_0").iterdir())
     assert [p.name for p in checkpoints] == ["checkpoint_000000002.pt"]
@@ -257,13 +282,14 @@ async def test_a_failing_checkpoint_is_reported_and_retried_and_the_batcher_neve
         (tmp_path / "checkpoints").write_text("not a folder")
         for n in (2, 3):
             driver.batch_ready.emit(BATCH)
-            await until(lambda n=n: driver.idle == n)  # idle after each batch, save failed or not
+            # idle after each batch, save failed or not; its save fails after it published
+            await until(lambda n=n: driver.idle == n and len(failures) == n - 1)
         assert driver.versions == [1, 2, 3]  # and it kept training
         assert [f.split(":")[0] for f in failures] == ["checkpoint", "checkpoint"]
         (tmp_path / "checkpoints").unlink()
         driver.batch_ready.emit(BATCH)
-        await until(lambda: driver.idle == 4)
-        assert (tmp_path / "checkpoints" / "policy_0" / "checkpoint_000000004.pt").exists()
+        await until(lambda: (tmp_path / "checkpoints" / "policy_0" /
+                             "checkpoint_000000004.pt").exists())
         learner.save = lambda: None  # the final checkpoint is not what this test is about
 
 
@@ -275,7 +301,8 @@ async def test_a_batch_whose_training_raises_still_frees_its_slots_and_says_idle
         await until(lambda: driver.idle == 1)
         gave_up: list[str] = []
         learner.fail_process = gave_up.append  # the real one ends the process (exit 1)
-        learner.on_failure = lambda where, error: None
+        failures: list[str] = []
+        learner.on_failure = lambda where, error: failures.append(where)
 
         def broken(batch):
             raise RuntimeError("boom")
@@ -284,7 +311,8 @@ async def test_a_batch_whose_training_raises_still_frees_its_slots_and_says_idle
         slots = (0, 1, 3, 2, 0, 2, 1, 3) if mode == "sync" else BATCH.slots
         for n in range(2, 2 + learner.params.max_failed_batches):
             driver.batch_ready.emit(BatchReady(0, BATCH.workers, slots))
-            await until(lambda n=n: driver.idle == n)
+            # async mode says idle before the batch trains: its failure is reported after
+            await until(lambda n=n: driver.idle == n and len(failures) == n - 1)
             assert all(len(w.released) == n - 1 for w in workers)  # slots back every time
             assert bool(gave_up) == (n - 1 == learner.params.max_failed_batches)
         assert gave_up == ["3 batches in a row failed, the last with RuntimeError('boom')"]

@@ -105,8 +105,7 @@ async def test_restarted_learner_continues_from_its_published_weights(torn: bool
         await until(lambda: driver.idle == 1)
         for n in (2, 3):
             driver.batch_ready.emit(BATCH)
-            await until(lambda n=n: driver.idle == n)
-        assert learner.weights.version == 3
+            await until(lambda n=n: driver.idle == n and learner.weights.version == n)
         final = published(learner)
         if torn:  # killed in the middle of publishing version 4
             learner.weights.counter[0] = 2 * 4 - 1
@@ -121,8 +120,7 @@ async def test_restarted_learner_continues_from_its_published_weights(torn: bool
                 learner.training.policy.published_tensors(), _split(final, learner),
                 strict=True))
         driver.batch_ready.emit(BATCH)
-        await until(lambda: driver.idle == 5)
-        assert learner.weights.version == (5 if torn else 4)
+        await until(lambda: driver.idle == 5 and learner.weights.version == (5 if torn else 4))
 
 
 def _split(flat: torch.Tensor, learner) -> list[torch.Tensor]:

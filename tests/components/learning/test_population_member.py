@@ -99,7 +99,7 @@ async def test_exchange_copies_the_whole_training_state(tmp_path) -> None:
         source, target, driver = actors["learner_0"], actors["learner_1"], actors["driver"]
         await until(lambda: sorted(driver.idle) == [0, 1])
         driver.batch_ready.emit(BATCH)  # the source trains once: now it differs from the target
-        await until(lambda: driver.idle.count(0) == 2)
+        await until(lambda: driver.idle.count(0) == 2 and source.weights.version == 2)
         assert source.training.version == 2 and target.training.version == 1
         assert not torch.equal(source.weights.weights, target.weights.weights)
 
