@@ -83,8 +83,9 @@ what the rest of the machine used meanwhile (`/proc/stat` busy time less this ca
 a figure far from 0 means the case shared its cores and its rate is low. For each sfbus case the
 last lines give its inference passes over the window, from the inference workers' Prometheus
 histograms: passes per second, rows per pass, and the time from a pass's first request arriving
-to its actions signalled; then the rollout workers' mean round trip of a request and the share
-of the window they stepped no split (their `idle_seconds` counter), and the learner's pace while
+to its actions signalled; then the rollout workers' mean round trip of a request, the share
+of the window they stepped no split (their `idle_seconds` counter) and the time their splits
+waited for free slots (`paused_seconds`: the learner's back-pressure), and the learner's pace while
 it trains (from the batches `progress.jsonl` reports) with the share of the window it trained."""
 ABOUT_GPU = """As above (fresh processes per case, %(workers)d rollout workers or simulation
 processes of %(envs)d envs, each pinned to its own core; rates over a %(seconds)g s window that
@@ -356,6 +357,7 @@ def inference_passes(results: dict[str, tt.Window]) -> str:
         latency, served = histograms.get(tt.INFERENCE_HISTOGRAMS[1], (0.0, 0.0))
         round_trips, answered = histograms.get(tt.ROLLOUT_WAITS[0], (0.0, 0.0))
         idle, _ = histograms.get(tt.ROLLOUT_WAITS[1], (0.0, 0.0))
+        paused, _ = histograms.get(tt.ROLLOUT_WAITS[2], (0.0, 0.0))
         workers = sum(1 for name in w.cpu if name.split(".")[0] == "rollout" and " " not in name)
         if passes and served:
             line = (f"- {CASES[key]}: {passes / w.seconds:,.0f} inference passes/s, "
@@ -364,7 +366,9 @@ def inference_passes(results: dict[str, tt.Window]) -> str:
             if answered and workers:
                 line += (f"; a request's round trip from its rollout worker "
                          f"{1e3 * round_trips / answered:.2f} ms, the rollout workers stepping no "
-                         f"split {idle / (w.seconds * workers):.0%} of the window")
+                         f"split {idle / (w.seconds * workers):.0%} of the window, their splits "
+                         f"paused for free slots {paused / (w.seconds * workers):.2f} "
+                         f"split-seconds a second each")
             per_frame, batches = histograms.get(tt.LEARNER_TOTALS[0], (0.0, 0.0))
             trained, _ = histograms.get(tt.LEARNER_TOTALS[1], (0.0, 0.0))
             if batches and trained:

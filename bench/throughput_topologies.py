@@ -244,9 +244,11 @@ def measure(roots: dict[int, str], frames_now: Callable[[], tuple[float, int]],
 
 INFERENCE_HISTOGRAMS = ("sfbus_inference_batch_rows", "sfbus_inference_serve_latency_seconds")
 """The inference workers' rows per pass and time from a pass's first request to its actions."""
-ROLLOUT_WAITS = ("sfbus_rollout_actions_wait_seconds", "sfbus_rollout_idle_seconds")
-"""The rollout workers' round trips from a request to its actions (a histogram) and the time
-none of their splits could step (a counter)."""
+ROLLOUT_WAITS = ("sfbus_rollout_actions_wait_seconds", "sfbus_rollout_idle_seconds",
+                 "sfbus_rollout_paused_seconds")
+"""The rollout workers' round trips from a request to its actions (a histogram), the time none
+of their splits could step and the split-seconds their splits waited for free slots
+(counters)."""
 
 
 def histogram_totals(metrics_dir: Path, names: Sequence[str]) -> dict[str, tuple[float, float]]:

@@ -158,6 +158,7 @@ class RolloutWorker(TrajectoryWriter):
         self._holding = False
         self.paused.extend(range(p.num_splits))
         self._stepped_at = time.perf_counter()  # idle from here until the first actions
+        self._paused_at = [self._stepped_at] * p.num_splits
         self._resume_paused()  # takes each split's slots and requests its actions
         self._m_free.set(self.pool.free)
         self.every(p.progress_interval_s, self._report_progress)
@@ -179,8 +180,11 @@ class RolloutWorker(TrajectoryWriter):
             _WAIT_BUCKETS)
         self._m_idle = self.metrics.counter("idle_seconds", "Time no split was stepping (all "
                                             "waiting for actions or free slots)")
+        self._m_paused = self.metrics.counter("paused_seconds", "Split-seconds spent waiting "
+                                              "for free slots (the learner's back-pressure; "
+                                              "at the start, decorrelation's hold)")
         self._requested_at = [0.0] * self.params.num_splits
-        self._idle_s = 0.0
+        self._idle_s = self._paused_s = 0.0
 
     def _mapped_policies(self, num_agents: int) -> AgentPolicies:
         """The agents' policies, assigned by the mapping (more than one policy acts)."""
@@ -285,6 +289,7 @@ class RolloutWorker(TrajectoryWriter):
         for full, policy, epoch in zip(slots.tolist(), policies, epochs, strict=True):
             self.trajectory_ready.emit(TrajectoryReady(self.worker, full, policy, epoch))
         self.paused.append(split.index)
+        self._paused_at[split.index] = time.perf_counter()
         if self._first_wait_s > 0:  # the first full trajectories: hold the splits a while
             self.spawn(self._hold(self._first_wait_s), "decorrelation wait")
             self._first_wait_s = 0.0
@@ -317,6 +322,7 @@ class RolloutWorker(TrajectoryWriter):
             if fresh is None:
                 break
             self.paused.popleft()
+            self._paused_s += time.perf_counter() - self._paused_at[split.index]
             self.faults.stages.filling(fresh)
             split.start(fresh)
             self._request(split)
@@ -346,7 +352,8 @@ class RolloutWorker(TrajectoryWriter):
         # mode costs a few microseconds, a noticeable share of a split step's own work.
         self._m_frames.inc(self.frames_since_report)
         self._m_idle.inc(self._idle_s)
-        self._idle_s = 0.0
+        self._m_paused.inc(self._paused_s)
+        self._idle_s = self._paused_s = 0.0
         self._m_failures.inc(self.envs.failures - self._failures_reported)
         self._failures_reported = self.envs.failures
         by_policy = () if self.population is None else self.population.take_frames()
