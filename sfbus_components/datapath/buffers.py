@@ -205,15 +205,10 @@ def trajectory_layout(params: DataPathParams, workers: int) -> TrajectoryLayout:
     slot count (computed once per run, in :class:`sfbus_components.datapath.record.DataPath`).
 
     Async: one slot per agent being filled, plus enough spare slots for
-    ``num_batches_to_accumulate`` batches spread over the workers, and never fewer than one
-    split's rows; when they run out, collection pauses (the back-pressure). With a population
-    that is per policy, since each policy's batcher fills its own batches. The floor matters
-    where a batch is spread over many workers (16 workers and a batch of 32 trajectories leave
-    each 2 spare slots): a split that fills its slots takes fresh ones for all its rows at once,
-    so with fewer spare it would wait, every time, for the learner to copy the very trajectories
-    it just handed over, while the worker steps its other split alone. With 0 spare batches an
-    agent's next trajectory waits for the learner to copy its last (deliberately: the least
-    policy lag), so a batch must fit in the trajectories of all agents at once. Sync: exactly
+    ``num_batches_to_accumulate`` batches spread over the workers; when they run out, collection
+    pauses (the back-pressure). With a population that is per policy, since each policy's batcher
+    fills its own batches. With 0 spare batches an agent's next trajectory waits for the learner
+    to copy its last, so a batch must fit in the trajectories of all agents at once. Sync: exactly
     the slots one batch takes from this worker, released only after training, so collection stops
     while the learner trains (one policy only).
     """
@@ -221,7 +216,6 @@ def trajectory_layout(params: DataPathParams, workers: int) -> TrajectoryLayout:
     agent_policies, policy_specs = resolve_agent_policies(spec, params.agent_policies,
                                                           params.num_policies)
     agents = params.num_envs * spec.num_agents
-    rows_per_split = agents // params.num_splits
     per_batch = params.trajectories_per_batch
     if params.mode == "sync":
         if params.acting_policies > 1:
@@ -239,9 +233,9 @@ def trajectory_layout(params: DataPathParams, workers: int) -> TrajectoryLayout:
                 f"num_batches_to_accumulate 0 keeps one trajectory per agent, but a batch of "
                 f"{params.batch_size} samples takes {per_batch} trajectories and the run has "
                 f"{workers * agents} agents: lower batch_size or raise num_batches_to_accumulate")
-        spare = math.ceil(
+        slots = agents + math.ceil(
             params.num_policies * params.num_batches_to_accumulate * per_batch / workers)
-        slots = agents + (max(spare, rows_per_split) if spare else 0)
+    rows_per_split = agents // params.num_splits
     batched = params.sampling == "batched"
     if batched and params.mode == "async":
         # Splits take whole blocks of rows_per_split slots

@@ -35,8 +35,7 @@ class DataPathParams:
     mode: Literal["async", "sync"] = "async"
     """``async`` keeps collecting while the learner trains; ``sync`` pauses collection."""
     num_batches_to_accumulate: int = 2
-    """Async mode: batches that may wait for the learner before collection pauses (spread over
-    the workers, each keeping at least one split's rows spare: see ``trajectory_layout``). 0: none,
+    """Async mode: batches that may wait for the learner before collection pauses. 0: none,
     an agent starts its next trajectory once the learner has copied its last (one slot per
     agent; one policy only): where the learner is the bottleneck, waiting batches only age the
     data, and this gives the least policy lag."""

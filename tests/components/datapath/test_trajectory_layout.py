@@ -19,14 +19,6 @@ def test_each_waiting_batch_adds_its_share_of_slots_to_every_worker() -> None:
             for n in (0, 1, 2)] == [8, 16, 24]
 
 
-def test_a_batch_spread_over_many_workers_still_leaves_each_a_split_to_spare() -> None:
-    # 16 trajectories per batch over 16 workers: 1 slot each, but a split of 4 rows takes 4
-    # fresh slots at once; with fewer it would wait for the learner to copy its last ones.
-    assert [trajectory_layout(params(num_batches_to_accumulate=n), 16).slots
-            for n in (0, 1, 4, 5)] == [8, 12, 12, 13]
-    assert trajectory_layout(params(num_batches_to_accumulate=1, num_splits=1), 16).slots == 16
-
-
 def test_no_waiting_batch_needs_a_batch_that_all_agents_fill_at_once() -> None:
     assert trajectory_layout(params(num_batches_to_accumulate=0, batch_size=256), 1).slots == 8
     with pytest.raises(ValueError, match="16 trajectories and the run has 8 agents"):

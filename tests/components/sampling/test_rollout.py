@@ -316,21 +316,6 @@ async def test_back_pressure_pauses_and_resumes(transport: str) -> None:
     check_replay("gym:CartPole-v1", {}, per_row, 1, trajectories=5)
 
 
-async def test_a_full_split_starts_afresh_without_waiting_for_the_learner() -> None:
-    # A batch of one trajectory leaves one spare slot by itself; a split of 4 rows would then
-    # stop at every rollout's end until the learner copied what it had just handed over.
-    held = topology(collector="HoldingCollector", num_envs=8, batch_size=T,
-                    num_batches_to_accumulate=1)
-    async with hosted(held, "inproc") as actors:
-        worker, collector = actors["rollout"], actors["collector"]
-        rps = worker.rows_per_split
-        await wait_until(lambda: len(worker.paused) == 2)
-        await asyncio.sleep(0.02)
-        # one split filled its slots twice and the other once before anything came back
-        assert len(collector.received) == 3 * rps
-        assert len({m.slot for m in collector.received}) == 3 * rps
-
-
 async def test_sync_mode_pauses_until_the_batch_is_released() -> None:
     async with hosted(topology(collector="HoldingCollector", mode="sync"), "inproc") as actors:
         worker, collector = actors["rollout"], actors["collector"]
