@@ -11,15 +11,16 @@
 #                                 then VARIANTS (space-separated KEY=VALUE, default none), each
 #                                 sfbus's training on VARIANT_GAME (doom_benchmark) over
 #                                 VARIANT_SECONDS (20); GAMES limits the table to some games
-#                                 (bench.paper_table --games)
+#                                 (bench.paper_table --games); PROFILE=1 profiles the first
+#                                 sfbus training case as `run` does (py-spy, ~0.3 cores of 16)
 #
 # Everything printed goes to $OUT/session.txt too; the CUDA tests' log is $OUT/tests.txt, py-spy's
 # profiles of the training case $OUT/profile-{inference,learner,rollout.0}.txt (raw format).
 # Knobs for a partial rerun: CASES (bench.throughput's, default train,sf_train,sim,sim_short),
-# WORKERS (default 16), VARIANTS (space-separated KEY=VALUE, each a training case of its own,
-# e.g. processes.inference.replicas=2; default: eager inference passes instead of CUDA graphs,
-# "none" for none), SKIP_TESTS=1 (no CUDA tests, no inference pass timings), SKIP_LEARNING=1,
-# GPU= (the CPU layout, to try it on a CPU).
+# GAME (its env, default doom_basic), WORKERS (default 16), VARIANTS (space-separated KEY=VALUE,
+# each a training case of its own, e.g. processes.inference.replicas=2; default: eager inference
+# passes instead of CUDA graphs, "none" for none), SKIP_TESTS=1 (no CUDA tests, no inference
+# pass timings), SKIP_LEARNING=1, GPU= (the CPU layout, to try it on a CPU).
 #
 # sfbus's wheels go to /tmp/site, Sample Factory's to /tmp/sfsite, which comes first on its own
 # path only: it needs gymnasium 0.29 and numpy<2 (it caps both itself; numpy 2 kills its rollout
@@ -73,11 +74,37 @@ exec > >(tee "$OUT/session.txt") 2>&1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 lscpu | grep -E '^(Model name|CPU\(s\))'; python3 -c 'import torch; print(torch.__version__)'
 
+child() {  # the pid of the run's child process named $1 (not of a shell that names it)
+    pgrep -f "^[^ ]*python[0-9.]* -m sfbus.child [^ ]* $1( |\$)" | head -1
+}
+
+profile() {  # py-spy on the first sfbus training case's inference, learner and first rollout
+    local bench=$1 inference=""  # processes, 8 s each from PROFILE_DELAY (25) s after they
+    # start, unless the benchmark (pid $1) ends first
+    while [ -z "$inference" ]; do
+        kill -0 "$bench" 2>/dev/null || return
+        sleep 1
+        inference=$(child inference)
+    done
+    sleep "${PROFILE_DELAY:-25}"
+    local spies=()
+    for name in inference learner rollout.0; do
+        py-spy record --nonblocking -r 200 -d 8 -f raw -o "$OUT/profile-$name.txt" \
+            -p "$(child $name)" > "/tmp/py-spy-$name.log" 2>&1 &
+        spies+=($!)
+    done
+    wait "${spies[@]}"
+    tail -n 2 /tmp/py-spy-*.log
+}
+
 if [ "$1" = table ]; then
     echo "== Table 1"
-    timeout "${TABLE_TIMEOUT:-3000}" python3 -m bench.paper_table --gpu --write-docs \
+    (timeout "${TABLE_TIMEOUT:-3000}" python3 -m bench.paper_table --gpu --write-docs \
         --seconds "${SECONDS_PER_CASE:-120}" --warmup "${WARMUP:-30}" ${QUICK:+--quick} \
-        ${GAMES:+--games "$GAMES"} 2>&1
+        ${GAMES:+--games "$GAMES"} 2>&1) &
+    table=$!
+    [ -n "${PROFILE:-}" ] && profile $table
+    wait $table
     status=$?
     cp docs/benchmarks/paper_table.md "$OUT/paper_table.md"
     for variant in ${VARIANTS:-}; do  # sfbus's training on one game with one override each
@@ -101,32 +128,10 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     timeout 90 python3 -m bench.gpu_inference --repeats 20 --rows 8,32,128,512 2>&1
 fi
 
-child() {  # the pid of the run's child process named $1 (not of a shell that names it)
-    pgrep -f "^[^ ]*python[0-9.]* -m sfbus.child [^ ]* $1( |\$)" | head -1
-}
-
-profile() {  # py-spy on the training case's inference, learner and first rollout processes,
-    local bench=$1 inference=""  # 8 s each, once they run, unless the benchmark (pid $1) ends
-    while [ -z "$inference" ]; do
-        kill -0 "$bench" 2>/dev/null || return
-        sleep 1
-        inference=$(child inference)
-    done
-    sleep 25
-    local spies=()
-    for name in inference learner rollout.0; do
-        py-spy record --nonblocking -r 200 -d 8 -f raw -o "$OUT/profile-$name.txt" \
-            -p "$(child $name)" > "/tmp/py-spy-$name.log" 2>&1 &
-        spies+=($!)
-    done
-    wait "${spies[@]}"
-    tail -n 2 /tmp/py-spy-*.log
-}
-
 echo "== throughput"
 cases=${CASES:-train,sf_train,sim,sim_short}
-(timeout 420 python3 -m bench.throughput ${GPU---gpu} --cases "$cases" \
-    --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1) &
+(timeout 420 python3 -m bench.throughput ${GPU---gpu} --env "${GAME:-doom_basic}" \
+    --cases "$cases" --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1) &
 bench=$!
 profile $bench
 wait $bench
@@ -134,8 +139,8 @@ variants=${VARIANTS:-processes.inference.actors.inference.params.cuda_graphs=fal
 [ "$variants" = none ] && variants=""
 for variant in $variants; do
     echo "== training with $variant"
-    timeout 200 python3 -m bench.throughput ${GPU---gpu} --cases train --set "$variant" \
-        --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1
+    timeout 200 python3 -m bench.throughput ${GPU---gpu} --env "${GAME:-doom_basic}" --cases train \
+        --set "$variant" --workers "${WORKERS:-16}" --envs 16 --seconds 15 --warmup 8 2>&1
 done
 
 if [ -z "${SKIP_LEARNING:-}" ]; then
