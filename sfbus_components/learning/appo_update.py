@@ -59,6 +59,9 @@ class AppoUpdate:
         start = time.perf_counter()
         cfg, t = params.appo, self.training
         self.numerics.before_batch()  # keeps a copy of the last good state now and then
+        # Counted on the host copy: on a GPU, counting the device's would wait for the upload
+        # and the preparation before the loss's kernels could be queued.
+        samples = int(self.population.valid_steps(batch).sum())
         data = self._prepare(t.to_device(batch), params)
         valids = data["valids"]
         figures: list[dict[str, float]] = []
@@ -66,7 +69,7 @@ class AppoUpdate:
         skipped = 0
         schedule = LrSchedule(cfg.lr_schedule, cfg.lr, cfg.lr_schedule_kl_threshold,
                               cfg.lr_adaptive_min, cfg.lr_adaptive_max, self.max_frames)
-        batch_frames = int(valids.sum()) * self.frameskip
+        batch_frames = samples * self.frameskip
         steps, done = cfg.num_epochs * cfg.num_batches_per_epoch, 0
         for _ in range(cfg.num_epochs):
             kls: list[float] = []
@@ -86,7 +89,6 @@ class AppoUpdate:
             if kls:
                 t.set_lr(schedule.after_epoch(t.lr, kls))
         lag = (t.version - data["versions"]).float()
-        samples = int(valids.sum())
         t.version += 1
         t.train_steps += 1
         t.samples += samples
@@ -158,28 +160,38 @@ class AppoUpdate:
         # appo_loss updates the returns statistics; a skipped step must not poison them.
         saved = None if rn is None else {k: v.clone() for k, v in rn.state_dict().items()}
         loss, stats = appo_loss(t.policy.model, minibatch, cfg, rn)
-        finite = bool(torch.isfinite(loss))
         t.optimizer.zero_grad(set_to_none=True)
-        if finite:
-            loss.backward()
         if peers is not None:  # every rank takes every step, so the skip is decided together
-            finite = peers.average(finite, int(minibatch["valids"].sum()))
-        if not finite:
-            if rn is not None:
-                rn.load_state_dict(saved)
-            return None, None
-        names = [name for name in stats if name in TRAINING_FIGURES]
-        figures = dict(zip(names, torch.stack([stats[n].float() for n in names]).tolist(),
-                           strict=True))  # one device sync for all of them
+            finite = bool(torch.isfinite(loss))
+            if finite:
+                loss.backward()
+            if not peers.average(finite, int(minibatch["valids"].sum())):
+                return self._skip(saved, None)
+        else:  # a non-finite loss makes non-finite gradients: told apart in the one sync below
+            loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(
             t.policy.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)
-        if not torch.isfinite(grad_norm):
-            t.optimizer.zero_grad(set_to_none=True)
-            if rn is not None:
-                rn.load_state_dict(saved)
-            return figures, None
+        names = [name for name in stats if name in TRAINING_FIGURES]
+        # The step's one wait for the device (a GPU's queue then drains once, not three times).
+        *values, loss_finite, norm = torch.stack(
+            [*(stats[n].float() for n in names), torch.isfinite(loss).float(),
+             grad_norm.float()]).tolist()
+        if not loss_finite:
+            return self._skip(saved, None)
+        figures = dict(zip(names, values, strict=True))
+        if not math.isfinite(norm):
+            return self._skip(saved, figures)
         t.optimizer.step()
-        return figures, float(grad_norm)
+        return figures, norm
+
+    def _skip(self, saved_returns: dict[str, torch.Tensor] | None,
+              figures: dict[str, float] | None) -> tuple[dict[str, float] | None, None]:
+        """Leave the weights as they were: no gradient, the returns statistics put back."""
+        t = self.training
+        t.optimizer.zero_grad(set_to_none=True)
+        if saved_returns is not None:
+            t.returns_normalizer.load_state_dict(saved_returns)
+        return figures, None
 
     def _running_figures(self) -> dict[str, float]:
         """The observation and returns statistics (where kept), each averaged over its
