@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -11,6 +13,7 @@ from sfbus_components.algo.ppo import (
     entropy_loss,
     impala_policy_loss,
     masked_mean,
+    masked_std_mean,
     normalize_advantages,
     policy_loss,
     symmetric_kl_loss,
@@ -57,9 +60,7 @@ def appo_loss(
         targets, advantages = _targets(step, values.detach(), bootstrap,
                                        log_prob_new.detach() - log_prob_old, valids, cfg,
                                        returns_normalizer)
-        valid_adv = advantages[valids]
-        adv_mean = masked_mean(advantages, valids)
-        adv_std = valid_adv.std() if valid_adv.numel() > 1 else torch.zeros(())
+        adv_std, adv_mean = masked_std_mean(advantages, valids)
         if cfg.normalize_advantage:
             advantages = normalize_advantages(advantages, valids)
 
@@ -113,13 +114,14 @@ def _step_figures(log_ratio: Tensor, values: Tensor, behaviour_values: Tensor, t
     ratio = torch.exp(log_ratio)
     low, high = cfg.clip_range
     value_delta = (values - behaviour_values).abs()
-    any_valid = bool(valids.any())
+    # extremes over the valid steps without selecting them (no wait for a GPU); 0 without one
+    any_valid = valids.any()
     return {
         "clip_fraction": masked_mean(((ratio < low) | (ratio > high)).float(), valids),
         "ratio_mean": masked_mean(ratio, valids),
         "ratio_deviation": masked_mean((1.0 - ratio).abs(), valids),
-        "ratio_min": ratio[valids].min() if any_valid else torch.zeros(()),
-        "ratio_max": ratio[valids].max() if any_valid else torch.zeros(()),
+        "ratio_min": torch.where(any_valid, torch.where(valids, ratio, math.inf).min(), 0.0),
+        "ratio_max": torch.where(any_valid, torch.where(valids, ratio, -math.inf).max(), 0.0),
         "value_mean": masked_mean(values, valids),
         "value_delta": masked_mean(value_delta, valids),
         "value_delta_max": (value_delta * valids).max(),

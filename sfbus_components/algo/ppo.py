@@ -135,15 +135,29 @@ def masked_mean(x: Tensor, valids: Tensor | None = None) -> Tensor:
     return (x * valids).sum() / valids.sum().clamp_min(1.0)
 
 
+def masked_std_mean(x: Tensor, valids: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """(unbiased std, mean) of `x` over the entries where `valids` is true; the std is 0 with
+    fewer than two of them, the mean 0 with none. Masked sums, not a selection of the entries:
+    selecting needs their count on the host, which on a GPU waits for every queued kernel."""
+    if valids is None:
+        valids = torch.ones_like(x, dtype=torch.bool)
+    weights = valids.to(x.dtype)
+    count = weights.sum()
+    mean = (x * weights).sum() / count.clamp_min(1.0)
+    variance = (((x - mean) * weights) ** 2).sum() / (count - 1.0).clamp_min(1.0)
+    return torch.where(count > 1, variance.sqrt(), 0.0), mean
+
+
 def normalize_advantages(
     advantages: Tensor, valids: Tensor | None = None, eps: float = 1e-7
 ) -> Tensor:
-    """A <- (A - mean A) / max(std A, eps), statistics over the valid samples."""
-    selected = advantages if valids is None else advantages[valids.bool()]
-    if selected.numel() < 2:
-        return advantages - selected.mean() if selected.numel() else advantages
-    std, mean = torch.std_mean(selected)
-    return (advantages - mean) / std.clamp_min(eps)
+    """A <- (A - mean A) / max(std A, eps), statistics over the valid samples (with fewer than
+    two, only the mean is taken off)."""
+    std, mean = masked_std_mean(advantages, valids)
+    centred = advantages - mean
+    if valids is None:
+        return centred / std.clamp_min(eps) if advantages.numel() > 1 else centred
+    return torch.where(valids.sum() > 1, centred / std.clamp_min(eps), centred)
 
 
 def policy_loss(

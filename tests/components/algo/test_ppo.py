@@ -13,6 +13,7 @@ from sfbus_components.algo import (
     AppoConfig,
     appo_loss,
     gae,
+    masked_std_mean,
     normalize_advantages,
     policy_loss,
     value_loss,
@@ -93,6 +94,17 @@ def test_normalize_advantages_uses_valid_samples_only():
     out = normalize_advantages(adv, valids)
     assert out[:3].mean().item() == pytest.approx(0.0, abs=1e-6)
     assert out[:3].std().item() == pytest.approx(1.0)
+
+
+def test_masked_statistics_take_only_valid_samples_and_few_of_them_alike():
+    x = torch.tensor([[1.0, 2.0, 3.0], [100.0, -50.0, 7.0]])
+    valids = torch.tensor([[True, True, True], [False, False, False]])
+    std, mean = masked_std_mean(x, valids)
+    assert (std.item(), mean.item()) == pytest.approx((1.0, 2.0))
+    one = torch.tensor([[False, True, False], [False, False, False]])
+    assert [v.item() for v in masked_std_mean(x, one)] == [0.0, 2.0]  # no spread in one sample
+    assert [v.item() for v in masked_std_mean(x, torch.zeros_like(one))] == [0.0, 0.0]
+    assert normalize_advantages(x, one).tolist() == (x - 2.0).tolist()  # only centred
 
 
 def make_batch(model: ActorCritic, batch: int = 3, steps: int = 6, seed: int = 0) -> dict:
