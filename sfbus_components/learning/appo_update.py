@@ -59,11 +59,11 @@ class AppoUpdate:
         start = time.perf_counter()
         cfg, t = params.appo, self.training
         self.numerics.before_batch()  # keeps a copy of the last good state now and then
-        # Counted on the host copy: on a GPU, counting the device's would wait for the upload
-        # and the preparation before the loss's kernels could be queued.
-        samples = int(self.population.valid_steps(batch).sum())
+        # Counted, and the lags below taken, on the host copy: on a GPU, reading the device's
+        # would wait for the upload and the preparation before the loss's kernels were queued.
+        own_steps = self.population.valid_steps(batch)
+        samples = int(own_steps.sum())
         data = self._prepare(t.to_device(batch), params)
-        valids = data["valids"]
         figures: list[dict[str, float]] = []
         norms: list[float] = []
         skipped = 0
@@ -73,7 +73,7 @@ class AppoUpdate:
         steps, done = cfg.num_epochs * cfg.num_batches_per_epoch, 0
         for _ in range(cfg.num_epochs):
             kls: list[float] = []
-            for index in t.minibatches(len(valids), cfg.num_batches_per_epoch,
+            for index in t.minibatches(len(own_steps), cfg.num_batches_per_epoch,
                                        cfg.shuffle_minibatches):
                 loss_figures, grad_norm = self._sgd_step(
                     data if index is None else _select(data, index), params, peers)
@@ -88,7 +88,7 @@ class AppoUpdate:
                         t.lr, kls, t.env_frames + batch_frames * done / steps))
             if kls:
                 t.set_lr(schedule.after_epoch(t.lr, kls))
-        lag = (t.version - data["versions"]).float()
+        lag = (t.version - batch["versions"]).float()
         t.version += 1
         t.train_steps += 1
         t.samples += samples
@@ -101,16 +101,17 @@ class AppoUpdate:
             k: _reduce(k)([f[k] for f in figures]) for k in (figures[0] if figures else ())}
         result.update(self._running_figures(), memory=process_memory_mb(),
                       gpu_memory=gpu_memory_mb(t.device))
-        own_lags = lag[valids]  # the steps of this policy, those lagging too much included
-        low, median, p90 = (own_lags.quantile(torch.tensor([0.0, 0.5, 0.9], device=lag.device))
-                            .tolist() if own_lags.numel() else [math.nan] * 3)
+        own_lags = lag[own_steps]  # the steps of this policy, those lagging too much included
+        low, median, p90 = (own_lags.quantile(torch.tensor([0.0, 0.5, 0.9])).tolist()
+                            if own_lags.numel() else [math.nan] * 3)
         result.update(
             grad_norm=_mean(norms), skipped=skipped, samples=samples,
-            valid_fraction=float((valids & (lag <= cfg.max_policy_lag)).float().mean()),
-            lag_mean=float(lag[valids].mean()) if samples else 0.0,
-            lag_max=float(lag[valids].max()) if samples else 0.0,
+            valid_fraction=float((own_steps & (lag <= cfg.max_policy_lag)).float().mean()),
+            lag_mean=float(own_lags.mean()) if samples else 0.0,
+            lag_max=float(own_lags.max()) if samples else 0.0,
             lag_min=low, lag_p50=median, lag_p90=p90,
-            trajectory_lags=_row_means(lag, valids), train_seconds=time.perf_counter() - start)
+            trajectory_lags=_row_means(lag, own_steps),
+            train_seconds=time.perf_counter() - start)
         return result
 
     def _prepare(self, batch: Trajectories, params: LearnerParams) -> Trajectories:

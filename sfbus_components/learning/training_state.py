@@ -120,7 +120,8 @@ class TrainingState:
 
     def weights_finite(self) -> bool:
         """True if every weight is finite."""
-        return all(bool(torch.isfinite(p).all()) for p in self.policy.parameters())
+        # one read for all of them: on a GPU each read waits for the device
+        return bool(torch.stack([torch.isfinite(p).all() for p in self.policy.parameters()]).all())
 
     # ----- the whole state, as checkpoints hold it -------------------------------------------
 
