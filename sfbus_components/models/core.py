@@ -101,8 +101,10 @@ class Core(nn.Module):
             return x
         num_steps = x.shape[1]
         keep = 1.0 - dones.to(x.dtype)
-        # the steps some trajectory's episode ended before
-        resets = ((dones[:, : num_steps - 1] != 0).any(dim=0).nonzero().flatten() + 1).tolist()
+        # the steps some trajectory's episode ended before (read on the host: on a GPU a wait
+        # for every queued kernel, so not for one step, which has none)
+        resets = ((dones[:, : num_steps - 1] != 0).any(dim=0).nonzero().flatten() + 1).tolist() \
+            if num_steps > 1 else []
         state = state.to(x.dtype)
         if self.kind == "gru" and x.device.type == "cpu":
             return self._gru_on_cpu(x, state, keep, set(resets))
