@@ -141,10 +141,6 @@ class Learner(Actor):
                                       device)
         if self.training.device.type == "cpu":
             self.training.policy.model.sequence_threads = p.sequence_threads
-        else:
-            # Every batch has the same shapes: let cuDNN time its convolution algorithms on the
-            # first and keep the fastest, as Sample Factory's GPU learner does.
-            torch.backends.cudnn.benchmark = True
         run_dir = None if self.context is None else self.context.run_dir
         self.population = PopulationMember(p.policy, self.training, self.config_fingerprint(),
                                            run_dir, self.log, self.name)

@@ -39,6 +39,10 @@ class TrainingState:
                  device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
         """Where the policy, the optimizer's moments and the normalizers live and batches go."""
+        if self.device.type == "cuda":
+            # Every batch has the same shapes: let cuDNN time its convolution algorithms on the
+            # first and keep the fastest, as Sample Factory's GPU learner does.
+            torch.backends.cudnn.benchmark = True
         self.policy = policy.to(self.device).train()
         self.returns_normalizer = (ReturnsNormalizer().to(self.device)
                                    if appo.normalize_returns else None)
